@@ -1,0 +1,1 @@
+"""The cleaner consumer group (readyToClean, delay handling, delete, report) and the audit reader."""

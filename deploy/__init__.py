@@ -1,0 +1,1 @@
+"""Scripts that start the local stack, and production manifests."""

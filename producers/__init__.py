@@ -1,0 +1,1 @@
+"""The vacuum job (PySpark), the ingest writer, the lock-holding reader and the initiator."""

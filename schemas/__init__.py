@@ -1,0 +1,1 @@
+"""Event models (pydantic) and their published JSON Schemas."""

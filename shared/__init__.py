@@ -1,0 +1,1 @@
+"""Adapters (file system, metastore, bus, settings) and the pure ACID rules in ``acid``."""
