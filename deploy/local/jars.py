@@ -1,0 +1,116 @@
+"""Resolve the jars of the local stack from Maven Central into a git-ignored cache directory.
+
+Kafka's broker jars and the Hive Metastore 3.1.3 distribution are declared in the small poms beside
+this file and copied by ``maven-dependency-plugin`` (pinned: Maven 3.8 would otherwise pick an old
+plugin). The Hive 2.3.10 metastore needs no download: its jars ship inside the pyspark wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+from acidclean.deploy.local.process import run_to_completion
+from acidclean.shared.errors import StackError
+
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+HERE = Path(__file__).resolve().parent
+HIVE3_DIST = "apache-hive-metastore-3.1.3-bin"
+
+
+def cache_dir() -> Path:
+    """``$ACIDCLEAN_CACHE_DIR``, else ``.cache`` of the source checkout, else ``~/.cache/acidclean``."""
+    configured = os.environ.get("ACIDCLEAN_CACHE_DIR")
+    if configured:
+        return Path(configured).resolve()
+    checkout = HERE.parent.parent
+    if (checkout / "pyproject.toml").exists():
+        return checkout / ".cache"
+    return Path.home() / ".cache" / "acidclean"
+
+
+def _maven() -> str:
+    found = shutil.which("mvn")
+    if found is None:
+        raise StackError(
+            "`mvn` was not found on the PATH: install Apache Maven 3.8+ (e.g. `apt install maven`); "
+            "it downloads the Kafka and Hive Metastore jars from Maven Central once."
+        )
+    return found
+
+
+def _copy_dependencies(pom: Path, output: Path, log_file: Path) -> None:
+    partial = output.with_name(output.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    command = [
+        _maven(), "-B", "-q", "-f", str(pom), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={partial}",
+    ]
+    try:
+        run_to_completion(f"Maven download for {pom.parent.name}", command, log_file, timeout_s=1200)
+    except StackError as error:
+        raise StackError(
+            f"{error}\nMaven could not fetch the jars; check that Maven Central "
+            "(https://repo.maven.apache.org) is reachable, or set a mirror in ~/.m2/settings.xml."
+        ) from error
+    partial.rename(output)
+
+
+def kafka_libs(log_dir: Path) -> Path:
+    """The folder of Kafka broker jars, downloading them on first use."""
+    libs = cache_dir() / "jars" / "kafka"
+    if not any(libs.glob("kafka_2.13-*.jar")):
+        shutil.rmtree(libs, ignore_errors=True)
+        libs.parent.mkdir(parents=True, exist_ok=True)
+        _copy_dependencies(HERE / "kafka" / "pom.xml", libs, log_dir / "maven-kafka.log")
+    return libs
+
+
+def require_kafka_libs() -> Path:
+    """The Kafka jar folder, which must already exist (no download)."""
+    libs = cache_dir() / "jars" / "kafka"
+    if not any(libs.glob("kafka_2.13-*.jar")):
+        raise StackError(
+            f"the Kafka jar cache {libs} is missing or empty: run `acidclean stack up` (or `make jars`) once "
+            "with Maven Central reachable, or set ACIDCLEAN_CACHE_DIR to a folder holding jars/kafka"
+        )
+    return libs
+
+
+def hive3_home(log_dir: Path) -> Path:
+    """The unpacked Hive Metastore 3.1.3 distribution (lib/, scripts/), with hadoop/ jars beside lib/."""
+    home = cache_dir() / "jars" / HIVE3_DIST
+    if (home / "lib").is_dir() and any((home / "hadoop").glob("hadoop-client-api-*.jar")):
+        return home
+    download = cache_dir() / "jars" / "hive3-download"
+    if not any(download.glob("*.tar.gz")):
+        shutil.rmtree(download, ignore_errors=True)
+        download.parent.mkdir(parents=True, exist_ok=True)
+        _copy_dependencies(HERE / "hive3" / "pom.xml", download, log_dir / "maven-hive3.log")
+    tarball = next(download.glob("hive-standalone-metastore-*-bin.tar.gz"))
+    staging = home.with_name(home.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    with tarfile.open(tarball) as archive:
+        archive.extractall(staging, filter="data")
+    (staging / HIVE3_DIST / "hadoop").mkdir()
+    for jar in download.glob("hadoop-client-*.jar"):
+        shutil.copy2(jar, staging / HIVE3_DIST / "hadoop" / jar.name)
+    shutil.rmtree(home, ignore_errors=True)
+    (staging / HIVE3_DIST).rename(home)
+    shutil.rmtree(staging, ignore_errors=True)
+    return home
+
+
+def pyspark_jars() -> Path:
+    """The jar folder inside the installed pyspark wheel (holds Hive 2.3.10)."""
+    try:
+        import pyspark
+    except ImportError as error:
+        raise StackError("pyspark is not installed: run `make install` (or `pip install -e .`)") from error
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    if not any(jars.glob("hive-metastore-2.3.*.jar")):
+        raise StackError(f"no Hive 2.3 metastore jar in {jars}: reinstall pyspark 4.0.x")
+    return jars
