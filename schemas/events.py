@@ -1,0 +1,218 @@
+"""The events of acidclean (DESIGN.md section 5), one pydantic model each.
+
+``VacuumCommitted`` is published by the vacuum job; the cleaner answers with a ``DelayEnvelope``
+(locks still held, check again later), a ``CleanupDone`` or a ``CleanupRejected`` (dead letter);
+ingest writers may publish ``DeltaCommitted``. The JSON Schemas under ``schemas/json/`` are
+generated from these models (``python -m acidclean.schemas.generate``) and are the published
+contract; change a model only in ways that keep every previously valid event valid.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from acidclean.schemas.common import (
+    EventBase,
+    LockSnapshotEntry,
+    NonEmpty,
+    PartitionSpec,
+    StrictModel,
+    TableName,
+    UtcDatetime,
+)
+
+DirectoryName = Annotated[str, Field(min_length=1, max_length=1024)]
+
+
+class VacuumCommitted(EventBase):
+    """A vacuum (compaction) committed its new directory and snapshotted the locks then held.
+
+    Its ``correlation_id`` is its own ``event_id``: every later event of this vacuum points to it.
+    """
+
+    event_type = "acidclean.vacuum.committed"
+
+    wire_required = ("schema_version", "event_id", "correlation_id")
+
+    table: TableName = Field(description="The table, as db.table.")
+    correlation_id: uuid.UUID = Field(
+        default_factory=lambda data: data["event_id"],
+        description="Equal to event_id: a vacuum starts its own flow.",
+    )
+    location: NonEmpty = Field(description="The table or partition location (URI or path).")
+    compaction_type: Literal["MINOR", "MAJOR"]
+    new_directories: list[DirectoryName] = Field(
+        min_length=1, description="Directories the vacuum committed, e.g. base_0000003."
+    )
+    obsolete_directories: list[DirectoryName] = Field(
+        default_factory=list,
+        description="Directories the vacuum believes obsolete: a claim the cleaner checks, not an order.",
+    )
+    highest_write_id: int = Field(ge=0, description="The highest write id the vacuum compacted.")
+    lock_snapshot: list[LockSnapshotEntry] = Field(
+        description="Locks held on the table or partition right after the new directory was committed."
+    )
+    vacuum_job_id: NonEmpty = Field(description="The job that ran the vacuum (e.g. the Spark application id).")
+
+
+    @model_validator(mode="after")
+    def _correlation_is_own_id(self) -> VacuumCommitted:
+        if self.correlation_id != self.event_id:
+            raise ValueError("a VacuumCommitted's correlation_id must equal its event_id")
+        return self
+
+
+class DelayEnvelope(EventBase):
+    """A vacuum whose snapshot locks were still held at the last readyToClean check.
+
+    It is published on the delay topic with the vacuum's key and checked again at ``due_at``. When
+    it has waited longer than the cleaner's ``max_wait``, the cleaner sets ``stuck`` (and keeps
+    waiting; a live reader's lock is never overridden): ``locks_held`` then names who holds it.
+    """
+
+    event_type = "acidclean.cleanup.delayed"
+
+    table: TableName = Field(description="The table, as db.table.")
+    correlation_id: uuid.UUID = Field(description="The vacuum's event_id.")
+    vacuum: VacuumCommitted = Field(description="The vacuum event, carried unchanged.")
+    attempt: int = Field(ge=1, description="readyToClean checks made so far (this one included).")
+    due_at: UtcDatetime = Field(description="When to check again. Computed once, never pushed later.")
+    locks_held: list[LockSnapshotEntry] = Field(
+        description="Locks of the snapshot still listed by the metastore at the last check."
+    )
+    check_error: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Why the metastore could not answer (the check failed closed), or null.",
+    )
+    stuck: bool = Field(default=False, description="Waited longer than the cleaner's max wait.")
+    stuck_since: UtcDatetime | None = Field(default=None, description="When it was first reported stuck.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DelayEnvelope:
+        vacuum = self.vacuum
+        if (self.tenant, self.table, self.partition) != (vacuum.tenant, vacuum.table, vacuum.partition):
+            raise ValueError("a DelayEnvelope's tenant, table and partition must be its vacuum's")
+        if self.correlation_id != vacuum.event_id:
+            raise ValueError("a DelayEnvelope's correlation_id must be its vacuum's event_id")
+        if self.stuck != (self.stuck_since is not None):
+            raise ValueError("stuck and stuck_since must be set together")
+        return self
+
+
+class RemovedDirectory(StrictModel):
+    """One directory the cleaner deleted."""
+
+    name: DirectoryName = Field(description="Directory name, a direct child of the location.")
+    file_count: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+
+
+class CleanupDone(EventBase):
+    """The obsolete directories of a vacuum are gone (or there was nothing left to remove)."""
+
+    event_type = "acidclean.cleanup.done"
+
+    table: TableName = Field(description="The table, as db.table.")
+    correlation_id: uuid.UUID = Field(description="The vacuum's event_id.")
+    directories_removed: list[RemovedDirectory]
+    time_waited_ms: int = Field(ge=0, description="From the vacuum's commit to the successful check.")
+    attempts: int = Field(ge=1, description="readyToClean checks it took.")
+    cleaner_id: NonEmpty = Field(description="The cleaner process that did it.")
+    dry_run: bool = Field(default=False, description="Nothing was deleted; the list says what would be.")
+    note: str | None = Field(
+        default=None, max_length=4096, description="Why nothing was removed, e.g. the table was dropped."
+    )
+
+    @property
+    def bytes_freed(self) -> int:
+        return sum(directory.bytes for directory in self.directories_removed)
+
+
+class RawHeader(StrictModel):
+    """One Kafka record header, its value base64-encoded (headers may hold any bytes)."""
+
+    name: str = Field(max_length=1024)
+    value_b64: str | None
+
+
+class SourceRecord(StrictModel):
+    """A Kafka record exactly as it was read, bytes base64-encoded."""
+
+    topic: str = Field(max_length=1024)
+    partition: int = Field(ge=0)
+    offset: int = Field(ge=0)
+    timestamp_ms: int | None = None
+    key_b64: str | None
+    value_b64: str | None
+    headers: list[RawHeader]
+
+
+RejectionCode = Literal[
+    "not_json",  # the value is not UTF-8 JSON, or is empty (a tombstone)
+    "invalid_event",  # JSON, but not a valid event of its type
+    "unknown_schema_version",
+    "unknown_event_type",  # missing or unknown ce_type / ce_specversion
+    "key_mismatch",  # the record key disagrees with the body's tenant/table/partition
+    "header_mismatch",  # a ce_ or correlation header disagrees with the body
+    "unsafe_path",  # DESIGN.md section 7 rule 4
+    "other_tenant",
+    "unknown_table",
+    "not_obsolete",  # a claimed directory the rules do not call obsolete (rule 3)
+    "invalid_due_time",
+    "other",
+]
+
+
+class CleanupRejected(EventBase):
+    """A message the cleaner refused, on the dead-letter topic with the reason and the raw record.
+
+    ``table``, ``partition``, ``correlation_id`` and ``causation_id`` are filled in when they could be
+    read from the refused message, so the rejection shows up in that table's audit history.
+    """
+
+    event_type = "acidclean.cleanup.rejected"
+
+    table: TableName | None = Field(default=None, description="The table, if it could be read.")
+    partition: PartitionSpec | None = None
+    reason_code: RejectionCode
+    reason: str = Field(min_length=1, max_length=8192, description="What was wrong, for an operator.")
+    rejected_by: NonEmpty = Field(description="The consumer that refused it.")
+    rejected_event_type: str | None = Field(
+        default=None, max_length=256, description="The ce_type of the refused message, if any."
+    )
+    source: SourceRecord
+
+
+class DeltaCommitted(EventBase):
+    """Streaming ingest committed a delta directory."""
+
+    event_type = "acidclean.delta.committed"
+
+    table: TableName = Field(description="The table, as db.table.")
+    location: NonEmpty = Field(description="The table or partition location.")
+    delta_directory: DirectoryName
+    write_id: int = Field(ge=0)
+    bytes: int = Field(ge=0)
+
+
+Event = VacuumCommitted | DelayEnvelope | CleanupDone | CleanupRejected | DeltaCommitted
+EVENT_CLASSES: tuple[type[EventBase], ...] = (
+    VacuumCommitted,
+    DelayEnvelope,
+    CleanupDone,
+    CleanupRejected,
+    DeltaCommitted,
+)
+EVENT_CLASS_BY_TYPE: dict[str, type[EventBase]] = {cls.event_type: cls for cls in EVENT_CLASSES}
+# The settings.topics field each event is published to.
+TOPIC_FIELD: dict[type[EventBase], str] = {
+    VacuumCommitted: "vacuum_committed",
+    DelayEnvelope: "cleanup_delay",
+    CleanupDone: "cleanup_done",
+    CleanupRejected: "dead_letter",
+    DeltaCommitted: "delta_committed",
+}
