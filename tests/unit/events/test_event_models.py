@@ -1,0 +1,159 @@
+"""The event models refuse what the contract (DESIGN.md section 5) does not allow."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from pydantic import ValidationError
+
+from acidclean.schemas.common import derived_event_id, event_key
+from acidclean.schemas.events import EVENT_CLASSES, CleanupDone, DelayEnvelope, VacuumCommitted
+
+from .factories import T0, delay, done, lock, one_of_each, rejected, vacuum
+
+
+@pytest.mark.parametrize("event", one_of_each(), ids=lambda e: type(e).__name__)
+def test_every_event_survives_a_json_round_trip_unchanged(event: object) -> None:
+    cls = type(event)
+    assert cls.model_validate_json(event.model_dump_json()) == event  # type: ignore[attr-defined]
+
+
+def test_unknown_field_is_refused() -> None:
+    body = json.loads(vacuum().model_dump_json())
+    body["retention"] = "forever"
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        VacuumCommitted.model_validate_json(json.dumps(body))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("highest_write_id", "3"), ("highest_write_id", 3.0), ("highest_write_id", True), ("new_directories", "x")],
+)
+def test_json_types_are_not_coerced(field: str, value: object) -> None:
+    body = json.loads(vacuum().model_dump_json())
+    body[field] = value
+    with pytest.raises(ValidationError):
+        VacuumCommitted.model_validate_json(json.dumps(body))
+
+
+def test_naive_timestamp_is_refused() -> None:
+    with pytest.raises(ValidationError, match="timezone"):
+        vacuum(occurred_at=datetime(2025, 1, 1, 12, 0))
+
+
+def test_timestamps_with_an_offset_are_normalised_to_utc() -> None:
+    event = vacuum(occurred_at=datetime(2025, 1, 1, 14, 0, tzinfo=timezone(timedelta(hours=2))))
+    assert event.occurred_at == datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
+    assert event.occurred_at.utcoffset() == timedelta(0)
+    assert '"occurred_at":"2025-01-01T12:00:00Z"' in event.model_dump_json()
+
+
+@pytest.mark.parametrize("table", ["orders", "a.b.c", "db/t", "db.t ", ""])
+def test_table_must_be_db_dot_table(table: str) -> None:
+    with pytest.raises(ValidationError):
+        vacuum(table=table)
+
+
+@pytest.mark.parametrize("partition", ["ds", "ds=", "=x", "/ds=1", "ds=1/", "ds=1//r=2", "ds=a\nb"])
+def test_partition_must_be_key_value_pairs(partition: str) -> None:
+    with pytest.raises(ValidationError):
+        vacuum(partition=partition)
+
+
+@pytest.mark.parametrize("tenant", ["", "a/b", "-x", "a b"])
+def test_tenant_cannot_break_the_kafka_key(tenant: str) -> None:
+    with pytest.raises(ValidationError):
+        vacuum(tenant=tenant)
+
+
+def test_python_construction_fills_version_and_id_but_the_wire_must_state_them() -> None:
+    event = vacuum()
+    assert event.schema_version == 1
+    assert event.correlation_id == event.event_id
+    assert event.missing_on_wire() == ["schema_version", "event_id", "correlation_id"]
+    read_back = VacuumCommitted.model_validate_json(event.model_dump_json())
+    assert read_back.missing_on_wire() == []
+    body = json.loads(event.model_dump_json())
+    del body["schema_version"]
+    assert VacuumCommitted.model_validate_json(json.dumps(body)).missing_on_wire() == ["schema_version"]
+
+
+def test_schema_version_other_than_1_is_refused() -> None:
+    body = json.loads(vacuum().model_dump_json())
+    body["schema_version"] = 2
+    with pytest.raises(ValidationError):
+        VacuumCommitted.model_validate_json(json.dumps(body))
+
+
+def test_vacuum_correlation_id_is_its_own_event_id() -> None:
+    other = vacuum()
+    with pytest.raises(ValidationError, match="correlation_id must equal its event_id"):
+        vacuum(correlation_id=other.event_id)
+
+
+def test_vacuum_needs_a_new_directory() -> None:
+    with pytest.raises(ValidationError):
+        vacuum(new_directories=[])
+
+
+def test_delay_envelope_must_match_its_vacuum() -> None:
+    v = vacuum()
+    with pytest.raises(ValidationError, match="must be its vacuum's"):
+        delay(v, table="sales.other")
+    with pytest.raises(ValidationError, match="correlation_id must be its vacuum's event_id"):
+        delay(v, correlation_id=vacuum().event_id)
+
+
+def test_stuck_envelope_records_since_when_and_who_holds_the_locks() -> None:
+    v = vacuum()
+    with pytest.raises(ValidationError, match="stuck and stuck_since"):
+        delay(v, stuck=True)
+    with pytest.raises(ValidationError, match="stuck and stuck_since"):
+        delay(v, stuck_since=T0)
+    envelope = delay(v, attempt=9, stuck=True, stuck_since=T0 + timedelta(days=1),
+                     locks_held=[lock(41, "bob", "etl-7")])
+    assert [entry.describe() for entry in envelope.locks_held] == ["lock 41 (SHARED_READ, txn 3) by bob@etl-7"]
+
+
+def test_delay_attempt_counts_from_one() -> None:
+    with pytest.raises(ValidationError):
+        delay(vacuum(), attempt=0)
+
+
+def test_cleanup_done_sums_the_bytes_it_freed() -> None:
+    event = done(vacuum())
+    assert event.bytes_freed == 300
+    with pytest.raises(ValidationError):
+        done(vacuum(), time_waited_ms=-1)
+
+
+def test_rejection_without_a_readable_table_is_keyed_by_tenant_alone() -> None:
+    assert rejected(None).key == "acme"
+    with pytest.raises(ValidationError):
+        rejected(None, reason_code="because")
+
+
+def test_event_key_is_tenant_table_and_partition() -> None:
+    assert vacuum().key == "acme/sales.orders/ds=2025-03-14"
+    assert vacuum(partition=None).key == "acme/sales.orders"
+    assert event_key("t", "db.x", "a=1/b=2") == "t/db.x/a=1/b=2"
+
+
+def test_derived_event_ids_are_deterministic_per_cause_and_action() -> None:
+    v = vacuum()
+    assert derived_event_id(v.event_id, "done") == derived_event_id(v.event_id, "done")
+    assert derived_event_id(v.event_id, "done") != derived_event_id(v.event_id, "delay:1")
+
+
+def test_models_are_immutable() -> None:
+    event = vacuum()
+    with pytest.raises(ValidationError):
+        event.highest_write_id = 9  # type: ignore[misc]
+
+
+def test_every_event_class_has_a_distinct_cloudevents_type() -> None:
+    types = [cls.event_type for cls in EVENT_CLASSES]
+    assert all(types) and len(set(types)) == len(types)
+    assert {DelayEnvelope.event_type, CleanupDone.event_type} <= set(types)
