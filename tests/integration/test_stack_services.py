@@ -48,6 +48,6 @@ def test_spark_writes_orc_that_pyarrow_reads_back(spark: Any, tmp_path: Path) ->
     files = sorted(target.glob("*.orc"))
     assert len(files) == 1
     table = orc.read_table(str(files[0]))
-    assert sorted(zip(table.column("id").to_pylist(), table.column("v").to_pylist())) == [
+    assert sorted(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True)) == [
         (1, "a"), (2, "b"), (3, "c"),
     ]

@@ -1,0 +1,147 @@
+"""Storage access through ``pyarrow.fs``: local paths now, ``hdfs://`` and ``s3://`` through the same calls.
+
+Table locations come from the metastore as URIs (``file:/warehouse/db.db/t``, ``hdfs://nn/...``,
+``s3a://bucket/...``). :func:`open_location` turns one into a :class:`StorageLocation`: a file
+system plus a path, with the handful of operations acidclean performs on table directories.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlparse
+
+import pyarrow.fs as pafs
+
+from acidclean.shared.errors import AcidCleanError
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One child of a directory."""
+
+    name: str
+    is_dir: bool
+    size: int
+    is_symlink: bool = False
+
+
+@dataclass(frozen=True)
+class TreeSize:
+    files: int
+    bytes: int
+
+
+class FileSystem(Protocol):
+    """The storage operations of acidclean, on absolute paths of one file system."""
+
+    def list_dir(self, path: str) -> list[Entry]: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def tree_size(self, path: str) -> TreeSize: ...
+
+    def delete_dir(self, path: str) -> None: ...
+
+    def rename(self, source: str, target: str) -> None: ...
+
+    def make_dirs(self, path: str) -> None: ...
+
+    def real_path(self, path: str) -> str: ...
+
+
+class StorageError(AcidCleanError):
+    """A storage call failed."""
+
+
+class ArrowFileSystem:
+    """:class:`FileSystem` over a ``pyarrow.fs.FileSystem``."""
+
+    def __init__(self, arrow: pafs.FileSystem) -> None:
+        self.arrow = arrow
+        self.is_local = isinstance(arrow, pafs.LocalFileSystem)
+
+    def list_dir(self, path: str) -> list[Entry]:
+        try:
+            infos = self.arrow.get_file_info(pafs.FileSelector(path, recursive=False))
+        except FileNotFoundError as error:
+            raise StorageError(f"directory {path} does not exist") from error
+        except OSError as error:
+            raise StorageError(f"cannot list {path}: {error}") from error
+        return [
+            Entry(
+                name=info.base_name,
+                is_dir=info.type == pafs.FileType.Directory,
+                size=int(info.size or 0),
+                is_symlink=self.is_local and os.path.islink(info.path),
+            )
+            for info in infos
+        ]
+
+    def exists(self, path: str) -> bool:
+        return bool(self.arrow.get_file_info(path).type != pafs.FileType.NotFound)
+
+    def tree_size(self, path: str) -> TreeSize:
+        infos = self.arrow.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        files = [info for info in infos if info.type == pafs.FileType.File]
+        return TreeSize(len(files), sum(int(info.size or 0) for info in files))
+
+    def delete_dir(self, path: str) -> None:
+        try:
+            self.arrow.delete_dir(path)
+        except FileNotFoundError:
+            return  # already gone: deleting is idempotent
+        except OSError as error:
+            raise StorageError(f"cannot delete {path}: {error}") from error
+
+    def rename(self, source: str, target: str) -> None:
+        if self.exists(target):
+            raise StorageError(f"cannot rename {source} to {target}: the target exists")
+        try:
+            self.arrow.move(source, target)
+        except OSError as error:
+            raise StorageError(f"cannot rename {source} to {target}: {error}") from error
+
+    def make_dirs(self, path: str) -> None:
+        self.arrow.create_dir(path, recursive=True)
+
+    def real_path(self, path: str) -> str:
+        """The path with symlinks resolved (local storage; HDFS and S3 have none to follow)."""
+        return os.path.realpath(path) if self.is_local else path
+
+
+@dataclass(frozen=True)
+class StorageLocation:
+    """A table or partition directory: the file system it lives on and its path there."""
+
+    fs: ArrowFileSystem
+    path: str
+    uri: str
+
+    def child(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+
+def normalise_uri(uri: str) -> str:
+    """Hive writes local locations as ``file:/path``; pyarrow wants ``file:///path``."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file" and not uri.startswith("file://"):
+        return "file://" + parsed.path
+    if parsed.scheme == "s3a":
+        return "s3" + uri[3:]
+    return uri
+
+
+def open_location(uri: str) -> StorageLocation:
+    """The file system and path of a location URI or plain local path."""
+    if "://" not in uri and not uri.startswith("file:"):
+        return StorageLocation(ArrowFileSystem(pafs.LocalFileSystem()), os.path.abspath(uri), uri)
+    try:
+        arrow, path = pafs.FileSystem.from_uri(normalise_uri(uri))
+    except (OSError, ValueError) as error:
+        raise StorageError(
+            f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs:// (needs "
+            "libhdfs and CLASSPATH), s3:// / s3a:// (needs credentials in the environment)"
+        ) from error
+    return StorageLocation(ArrowFileSystem(arrow), path, uri)
