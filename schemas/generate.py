@@ -49,9 +49,9 @@ def stale_files(schema_dir: Path = SCHEMA_DIR) -> list[str]:
     for name, text in rendered_schemas().items():
         current = schema_dir / f"{name}.json"
         history = history_files(name, schema_dir / "history")
-        if not current.exists() or current.read_text(encoding="utf-8") != text:
-            stale.append(name)
-        elif not history or history[-1].read_text(encoding="utf-8") != text:
+        published = current.read_text(encoding="utf-8") if current.exists() else None
+        newest = history[-1].read_text(encoding="utf-8") if history else None
+        if text not in (published, newest) or published != newest:
             stale.append(name)
     return stale
 
