@@ -18,6 +18,7 @@ from acidclean.shared.errors import AcidCleanError
 # (module, attribute) of every sub-command; a module is imported only when the CLI starts.
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.stack", "stack"),
+    ("acidclean.cli.demo", "demo"),
 )
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from acidclean.deploy.local.jars import cache_dir, hive3_home, kafka_libs
 from acidclean.deploy.local.stack import read_state, service_status, stack_down, stack_up
 
 DEFAULT_STATE_DIR = Path(os.environ.get("ACIDCLEAN_STATE_DIR", ".stack"))
@@ -71,3 +72,13 @@ def down(state_dir: Path) -> None:
     """Stop the services by their process ids and remove the stack's state."""
     stopped = stack_down(state_dir)
     click.echo("stopped " + ", ".join(stopped) if stopped else "nothing was running")
+
+
+@stack.command()
+@click.option("--hive3/--no-hive3", default=True, show_default=True, help="Also fetch Hive Metastore 3.1.3.")
+def fetch(hive3: bool) -> None:
+    """Download the stack's jars from Maven Central into the cache (once; later runs reuse it)."""
+    log_dir = cache_dir() / "logs"
+    click.echo(f"kafka jars      {kafka_libs(log_dir)}")
+    if hive3:
+        click.echo(f"hive 3.1.3      {hive3_home(log_dir)}")

@@ -48,12 +48,16 @@ def _copy_dependencies(pom: Path, output: Path, log_file: Path) -> None:
         _maven(), "-B", "-q", "-f", str(pom), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
         "-DincludeScope=runtime", f"-DoutputDirectory={partial}",
     ]
+    maven_settings = os.environ.get("ACIDCLEAN_MAVEN_SETTINGS")
+    if maven_settings:  # e.g. a corporate mirror of Maven Central
+        command[1:1] = ["-s", maven_settings]
     try:
         run_to_completion(f"Maven download for {pom.parent.name}", command, log_file, timeout_s=1200)
     except StackError as error:
         raise StackError(
             f"{error}\nMaven could not fetch the jars; check that Maven Central "
-            "(https://repo.maven.apache.org) is reachable, or set a mirror in ~/.m2/settings.xml."
+            "(https://repo.maven.apache.org) is reachable, or name a settings.xml with a mirror in "
+            "ACIDCLEAN_MAVEN_SETTINGS."
         ) from error
     partial.rename(output)
 
