@@ -1,0 +1,1 @@
+"""The Kafka adapter: the CloudEvents codec, the event bus (producer), consumer helpers, topics."""
