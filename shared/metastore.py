@@ -12,6 +12,7 @@ clients are not thread-safe) and a broken connection is reopened once before a c
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import getpass
 import socket
@@ -248,10 +249,9 @@ class HiveMetastore:
 
     def _drop_connection(self) -> None:
         if self._connection is not None:
-            try:
+            # Closing a broken socket may fail in many ways; it is gone either way.
+            with contextlib.suppress(Exception):
                 self._connection.client._oprot.trans.close()
-            except Exception:  # closing a broken socket may fail in many ways; it is gone either way
-                pass
             self._connection = None
 
     def close(self) -> None:
@@ -431,17 +431,19 @@ class HiveMetastore:
         full_name = f"{db}.{table}"
         txn_list = self.valid_txn_list()
         if self.kind is MetastoreKind.HIVE2:
-            hwm, min_open, open_ids, aborted_ids = txn_list.split(":")
-            return f"{full_name}:{hwm}:{min_open}:{open_ids}:{aborted_ids}"
+            return f"{full_name}:{txn_list}"
         request = ttypes.GetValidWriteIdsRequest(fullTableNames=[full_name], validTxnList=txn_list)
         response = self._call(f"get_valid_write_ids({full_name})", lambda c: c.get_valid_write_ids(request))
         ids = response.tblValidWriteIds[0]
         invalid = [int(i) for i in ids.invalidWriteIds or []]
         aborted_flags = _bits(ids.abortedBits or b"", len(invalid))
-        open_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if not aborted]
-        aborted_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if aborted]
-        min_open = ids.minOpenWriteId if ids.minOpenWriteId is not None else NO_MIN_OPEN
-        return f"{full_name}:{int(ids.writeIdHighWaterMark)}:{int(min_open)}:{_ids(open_ids)}:{_ids(aborted_ids)}"
+        open_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if not aborted]
+        aborted_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if aborted]
+        min_open_write_id = int(ids.minOpenWriteId) if ids.minOpenWriteId is not None else NO_MIN_OPEN
+        return (
+            f"{full_name}:{int(ids.writeIdHighWaterMark)}:{min_open_write_id}:"
+            f"{_ids(open_write_ids)}:{_ids(aborted_write_ids)}"
+        )
 
     # locks ------------------------------------------------------------------------------------------
 
@@ -472,7 +474,9 @@ class HiveMetastore:
     def unlock(self, lock_id: int) -> None:
         self._call(f"unlock({lock_id})", lambda c: c.unlock(ttypes.UnlockRequest(lockid=lock_id)))
 
-    def show_locks(self, db: str | None = None, table: str | None = None, partition: str | None = None) -> list[LockInfo]:
+    def show_locks(
+        self, db: str | None = None, table: str | None = None, partition: str | None = None
+    ) -> list[LockInfo]:
         """Locks held or requested, optionally only those on one database, table or partition."""
         request = ttypes.ShowLocksRequest(dbname=db, tablename=table, partname=partition_name(partition))
         response = self._call("show_locks", lambda c: c.show_locks(request))

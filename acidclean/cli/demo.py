@@ -25,7 +25,7 @@ def _step(text: str) -> None:
 
 def _event_round_trip(bootstrap: str) -> tuple[str, dict[str, str], float]:
     from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     topic = f"acidclean.demo.{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -47,8 +47,9 @@ def _event_round_trip(bootstrap: str) -> tuple[str, dict[str, str], float]:
         while time.monotonic() < deadline:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
-                headers = {k: v.decode() for k, v in message.headers() or []}
-                return message.key().decode(), headers, time.monotonic() - started
+                raw_headers: list[tuple[str, bytes]] = message.headers() or []  # type: ignore[assignment]
+                headers = {name: value.decode() for name, value in raw_headers}
+                return bytes(message.key() or b"").decode(), headers, time.monotonic() - started
     finally:
         consumer.close()
     raise click.ClickException(f"the demo event did not come back from topic {topic} within 30 s")
@@ -74,7 +75,9 @@ def demo(state_dir: Path, flavour: str) -> None:
         held = metastore.show_locks("demo", table)
         _step(f"a reader took a SHARED_READ lock in transaction {txn}: lock {lock.lock_id} is {lock.state}")
         for entry in held:
-            click.echo(f"    show_locks: lock {entry.lock_id} {entry.lock_type} {entry.state} by {entry.user}@{entry.host}")
+            click.echo(
+                f"    show_locks: lock {entry.lock_id} {entry.lock_type} {entry.state} by {entry.user}@{entry.host}"
+            )
         metastore.commit_txn(txn)
         _step(f"the reader committed: show_locks now lists {len(metastore.show_locks('demo', table))} locks")
 

@@ -42,7 +42,9 @@ def up(state_dir: Path, flavour: str, kafka_port: int | None, metastore_port: in
     info, started = stack_up(state_dir, flavour, kafka_port, metastore_port)
     verb = "started" if started else "already running"
     click.echo(f"stack {verb} in {info.state_dir}")
-    click.echo(f"  kafka      {info.kafka_bootstrap:<28} pid {info.kafka.pid:<8} ready in {info.kafka.seconds_to_ready:.1f} s")
+    click.echo(
+        f"  kafka      {info.kafka_bootstrap:<28} pid {info.kafka.pid:<8} ready in {info.kafka.seconds_to_ready:.1f} s"
+    )
     click.echo(
         f"  metastore  {info.metastore_uri:<28} pid {info.metastore.pid:<8} ready in "
         f"{info.metastore.seconds_to_ready:.1f} s ({info.metastore_flavour})"
@@ -63,7 +65,10 @@ def status(state_dir: Path) -> None:
         raise SystemExit(3)
     click.echo(f"stack in {info.state_dir} ({info.metastore_flavour} metastore)")
     for label, service in (("kafka", info.kafka), ("metastore", info.metastore)):
-        click.echo(f"  {label:<10} {service.address:<28} pid {service.pid:<8} {service_status(service)}   log {service.log_file}")
+        click.echo(
+            f"  {label:<10} {service.address:<28} pid {service.pid:<8} {service_status(service)}"
+            f"   log {service.log_file}"
+        )
 
 
 @stack.command()

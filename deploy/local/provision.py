@@ -51,7 +51,7 @@ class Services:
 def docker_reachable(timeout_s: float = 2.0) -> bool:
     """True when testcontainers is installed and a Docker engine answers a ping."""
     try:
-        import docker  # type: ignore[import-not-found]
+        import docker
     except ImportError:
         return False
     try:
@@ -62,8 +62,8 @@ def docker_reachable(timeout_s: float = 2.0) -> bool:
 
 
 def _kafka_container() -> tuple[str, Callable[[], None]]:
-    from testcontainers.core.container import DockerContainer  # type: ignore[import-not-found]
-    from testcontainers.core.waiting_utils import wait_for_logs  # type: ignore[import-not-found]
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
 
     container = DockerContainer(CONTAINER_IMAGES["kafka"]).with_exposed_ports(9092)
     container.start()

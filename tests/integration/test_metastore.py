@@ -100,7 +100,7 @@ def test_write_ids_and_valid_id_list_track_open_and_aborted_transactions(
         assert (first_id, second_id) == (first, second)  # Hive 2 names deltas by transaction id
     metastore.commit_txn(first)
     metastore.abort_txn(second)
-    table_name, hwm, min_open, open_ids, aborted_ids = metastore.valid_write_ids(db, name).split(":")
+    table_name, hwm, _min_open, open_ids, aborted_ids = metastore.valid_write_ids(db, name).split(":")
     assert table_name == f"{db}.{name}"
     assert int(hwm) >= second_id
     assert str(second_id) in aborted_ids.split(",")

@@ -45,7 +45,7 @@ def test_missing_jar_cache_without_maven_says_to_install_maven(
 ) -> None:
     monkeypatch.setenv("ACIDCLEAN_CACHE_DIR", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(StackError, match="`mvn` was not found on the PATH: install Apache Maven"):
+    with pytest.raises(StackError, match=r"`mvn` was not found on the PATH: install Apache Maven"):
         jars.kafka_libs(tmp_path / "logs")
 
 

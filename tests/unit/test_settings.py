@@ -57,7 +57,7 @@ def test_environment_beats_file_and_flags_beat_environment(tmp_path: Path) -> No
 def test_unknown_key_is_refused_with_the_known_names(tmp_path: Path) -> None:
     config = tmp_path / "bad.properties"
     config.write_text("hive.compaction-cleanup-intervall=5\n")
-    with pytest.raises(ConfigurationError, match="unknown setting 'hive.compaction-cleanup-intervall'.*known"):
+    with pytest.raises(ConfigurationError, match=r"unknown setting 'hive.compaction-cleanup-intervall'.*known"):
         load_settings(config, environ={})
 
 
