@@ -75,7 +75,7 @@ def test_refused_download_says_maven_central_is_unreachable(
 def test_missing_java_says_to_install_a_jdk(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(StackError, match="`java` was not found.*Java 17"):
+    with pytest.raises(StackError, match=r"`java` was not found.*Java 17"):
         java_executable()
 
 
