@@ -37,3 +37,16 @@ class AcidLayoutError(AcidCleanError):
 
 class UnsafePathError(AcidCleanError):
     """A path the cleaner was asked to delete fails the safety rules (DESIGN.md section 7, rule 4)."""
+
+
+class NotEnoughHistoryError(AcidLayoutError):
+    """No base is usable for a snapshot although compacted bases exist: the compactor erased the
+    history the snapshot needs (Hive's ACID_NOT_ENOUGH_HISTORY). Retry with a newer snapshot."""
+
+    def __init__(self, message: str, *, oldest_base: str) -> None:
+        super().__init__(message)
+        self.oldest_base = oldest_base
+
+
+class UnreadableFileError(AcidCleanError):
+    """A data file of an ACID table could not be read (missing, truncated, or not ORC)."""
