@@ -1,0 +1,209 @@
+"""The Kafka implementation of :class:`EventBus`: an idempotent producer that never fires and forgets.
+
+``publish`` returns only after the delivery report says the broker stored the event
+(``enable.idempotence=true``, ``acks=all``). Retriable failures (broker down, timeouts, not enough
+replicas) are retried with tenacity until ``total_timeout_s`` has passed; anything else, or running
+out of time, raises ``BusError`` with what to check, and the caller must not commit its input offset.
+Kafka client settings are passed through as given; acidclean only adds the two delivery guarantees
+(and refuses settings that would weaken them) and a default ``message.timeout.ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from acidclean.schemas.common import EventBase
+from acidclean.shared.bus.codec import DEFAULT_SOURCE, encode
+from acidclean.shared.bus.protocol import Delivery
+from acidclean.shared.bus.records import OutgoingRecord
+from acidclean.shared.errors import BusError, ConfigurationError
+
+REQUIRED_PRODUCER_SETTINGS = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
+# Local errors librdkafka reports as not retriable although a later attempt may well succeed.
+TRANSIENT_CODES = frozenset(
+    {
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._QUEUE_FULL,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+
+
+class ProducerLike(Protocol):
+    """The part of ``confluent_kafka.Producer`` this module uses."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+    ) -> None: ...
+    def poll(self, timeout: float) -> int: ...
+    def flush(self, timeout: float) -> int: ...
+
+
+def producer_config(kafka: Mapping[str, str], *, delivery_timeout_s: float) -> dict[str, str]:
+    """The pass-through Kafka settings plus the delivery guarantees; conflicting settings are refused."""
+    config = {str(key): str(value) for key, value in kafka.items()}
+    for name, allowed in REQUIRED_PRODUCER_SETTINGS.items():
+        given = config.get(name)
+        if given is not None and given.lower() not in allowed:
+            raise ConfigurationError(
+                f"Kafka setting {name}={given} would let events be lost or duplicated; acidclean needs "
+                f"{name}={allowed[0]}: remove it from the kafka settings"
+            )
+        config[name] = allowed[0]
+    config.setdefault("message.timeout.ms", str(int(delivery_timeout_s * 1000)))
+    return config
+
+
+def is_retriable(error: KafkaError) -> bool:
+    """Whether sending again may succeed (and the idempotent producer makes the retry safe)."""
+    return not error.fatal() and (error.retriable() or error.code() in TRANSIENT_CODES)
+
+
+def _kafka_producer(config: dict[str, str]) -> ProducerLike:
+    try:
+        producer: ProducerLike = Producer(config)
+    except KafkaException as error:
+        raise ConfigurationError(f"invalid Kafka producer settings: {error.args[0].str()}") from error
+    return producer
+
+
+class _NotYetDelivered(Exception):
+    """Some events got a retriable error or no report yet; tenacity retries those."""
+
+
+@dataclass
+class _Pending:
+    topic: str
+    event: EventBase
+    record: OutgoingRecord
+    delivery: Delivery | None = None
+    error: KafkaError | None = None
+
+
+class KafkaEventBus:
+    """Publishes events to Kafka and returns once the broker acknowledged them."""
+
+    def __init__(
+        self,
+        kafka: Mapping[str, str],
+        *,
+        source: str = DEFAULT_SOURCE,
+        delivery_timeout_s: float = 30.0,
+        total_timeout_s: float = 60.0,
+        producer_factory: Callable[[dict[str, str]], ProducerLike] | None = None,
+    ) -> None:
+        self._config = producer_config(kafka, delivery_timeout_s=delivery_timeout_s)
+        self._producer: ProducerLike = (producer_factory or _kafka_producer)(self._config)
+        self._source = source
+        self._flush_timeout_s = int(self._config["message.timeout.ms"]) / 1000 + 5.0
+        self._total_timeout_s = total_timeout_s
+
+    def publish(self, topic: str, event: EventBase) -> Delivery:
+        return self.publish_many([(topic, event)])[0]
+
+    def publish_many(self, items: Sequence[tuple[str, EventBase]]) -> list[Delivery]:
+        pending = [_Pending(topic, event, encode(event, source=self._source)) for topic, event in items]
+        retrying = Retrying(
+            stop=stop_after_delay(self._total_timeout_s),
+            wait=wait_exponential(multiplier=0.1, max=2.0),
+            retry=retry_if_exception_type(_NotYetDelivered),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    self._send([item for item in pending if item.delivery is None])
+        except _NotYetDelivered:
+            raise self._timeout_error([item for item in pending if item.delivery is None]) from None
+        return [item.delivery for item in pending if item.delivery is not None]
+
+    def _send(self, batch: list[_Pending]) -> None:
+        for item in batch:
+            item.error = None
+            self._produce(item)
+        remaining = self._producer.flush(self._flush_timeout_s)
+        for item in batch:
+            if item.delivery is None and item.error is not None and not is_retriable(item.error):
+                raise self._refused_error(item, item.error)
+        if remaining or any(item.delivery is None for item in batch):
+            raise _NotYetDelivered()
+
+    def _produce(self, item: _Pending) -> None:
+        def on_delivery(error: KafkaError | None, message: Any) -> None:
+            if error is None:
+                item.delivery = Delivery(
+                    topic=message.topic() or item.topic,
+                    partition=message.partition() or 0,
+                    offset=message.offset() or 0,
+                    event_id=item.event.event_id,
+                )
+            else:
+                item.error = error
+
+        record = item.record
+        while True:
+            try:
+                self._producer.produce(
+                    item.topic,
+                    value=record.value,
+                    key=record.key,
+                    headers=[(name, value) for name, value in record.headers],
+                    on_delivery=on_delivery,
+                )
+                return
+            except BufferError:
+                # The local queue is full: serve delivery reports to make room, then try again.
+                self._producer.poll(0.5)
+            except KafkaException as error:
+                raise self._refused_error(item, error.args[0]) from error
+
+    def _refused_error(self, item: _Pending, error: KafkaError) -> BusError:
+        fatal = " The producer is in a fatal state: restart the process." if error.fatal() else ""
+        return BusError(
+            f"Kafka refused event {item.event.event_id} ({item.event.event_type}) for topic {item.topic!r}: "
+            f"{error.str()} [{error.name()}]. It was not published; do not commit the input offset. "
+            f"Check that the topic exists (acidclean creates it with ensure_topics) and that this "
+            f"client may write to it.{fatal}"
+        )
+
+    def _timeout_error(self, items: list[_Pending]) -> BusError:
+        topics = sorted({item.topic for item in items})
+        errors = sorted({item.error.str() for item in items if item.error is not None}) or ["no delivery report"]
+        return BusError(
+            f"Kafka did not acknowledge {len(items)} event(s) for {', '.join(topics)} within "
+            f"{self._total_timeout_s:g} s (last error: {'; '.join(errors)}). They may or may not have been "
+            f"stored; do not commit the input offset (publishing again is safe: readers drop duplicate "
+            f"event ids). Check that bootstrap.servers={self._config.get('bootstrap.servers', '')!r} "
+            f"is reachable and the brokers are healthy."
+        )
+
+    def flush(self, timeout_s: float = 10.0) -> int:
+        """Wait for outstanding delivery reports; returns how many are still outstanding."""
+        return self._producer.flush(timeout_s)
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self) -> KafkaEventBus:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

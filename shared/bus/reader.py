@@ -1,0 +1,126 @@
+"""Read topics from the beginning to their current end, without a consumer group, then stop.
+
+Used by ``acidclean audit``: partitions are assigned directly (nothing joins a group and no offset is
+ever committed, so reading disturbs no cleaner), the end of each partition is its high watermark
+when reading starts, and records written after that are left for the next run. librdkafka needs a
+``group.id`` even for assigned partitions, so a throwaway one is set; it is never used on the broker.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from acidclean.shared.errors import BusError
+
+Partition = tuple[str, int]
+
+
+def reader_config(kafka: Mapping[str, str]) -> dict[str, str]:
+    """Pass-through settings plus what a read-only, group-less scan needs."""
+    return {
+        **{str(key): str(value) for key, value in kafka.items()},
+        "group.id": f"acidclean-reader-{uuid.uuid4().hex}",
+        "enable.auto.commit": "false",
+        "enable.auto.offset.store": "false",
+        "enable.partition.eof": "true",
+        "auto.offset.reset": "earliest",
+    }
+
+
+class LogReader:
+    """Iterates over every record of ``topics`` that existed when iteration started.
+
+    ``missing_topics`` lists requested topics the cluster does not have (read as empty);
+    ``end_offsets`` the high watermark of each partition read. Iterate once.
+    """
+
+    def __init__(
+        self,
+        kafka: Mapping[str, str],
+        topics: Sequence[str],
+        *,
+        batch_size: int = 1000,
+        stall_timeout_s: float = 30.0,
+    ) -> None:
+        self._config = reader_config(kafka)
+        self._topics = list(topics)
+        self._batch_size = batch_size
+        self._stall_timeout_s = stall_timeout_s
+        self.missing_topics: list[str] = []
+        self.end_offsets: dict[Partition, int] = {}
+        self.records_read = 0
+
+    def __iter__(self) -> Iterator[Message]:
+        try:
+            consumer = Consumer(self._config)
+        except KafkaException as error:
+            raise BusError(f"invalid Kafka settings for reading: {error.args[0].str()}") from error
+        try:
+            remaining = self._assign(consumer)
+            yield from self._read(consumer, remaining)
+        except KafkaException as error:
+            raise BusError(
+                f"reading {', '.join(self._topics)} failed: {error.args[0].str()}; check that "
+                f"bootstrap.servers={self._config.get('bootstrap.servers', '')!r} is reachable"
+            ) from error
+        finally:
+            consumer.close()
+
+    def _assign(self, consumer: Consumer) -> set[Partition]:
+        metadata = consumer.list_topics(timeout=self._stall_timeout_s)
+        assignment = []
+        for topic in self._topics:
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None:
+                self.missing_topics.append(topic)
+                continue
+            for partition in sorted(found.partitions):
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._stall_timeout_s, cached=False
+                )
+                self.end_offsets[(topic, partition)] = high
+                if high > low:
+                    assignment.append(TopicPartition(topic, partition, low))
+        if assignment:
+            consumer.assign(assignment)
+        return {(tp.topic, tp.partition) for tp in assignment}
+
+    def _read(self, consumer: Consumer, remaining: set[Partition]) -> Iterator[Message]:
+        last_progress = time.monotonic()
+        while remaining:
+            messages = consumer.consume(self._batch_size, timeout=0.5)
+            if messages:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > self._stall_timeout_s:
+                waiting = ", ".join(f"{topic}[{partition}]" for topic, partition in sorted(remaining))
+                raise BusError(
+                    f"no records for {self._stall_timeout_s:g} s before the end of {waiting}; "
+                    "check the brokers and this client's read permissions"
+                )
+            for message in messages:
+                key = (message.topic() or "", message.partition() or 0)
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        self._finish(consumer, remaining, key)
+                        continue
+                    raise KafkaException(error)
+                offset = message.offset() or 0
+                end = self.end_offsets.get(key, 0)
+                if key not in remaining or offset >= end:
+                    self._finish(consumer, remaining, key)
+                    continue
+                self.records_read += 1
+                yield message
+                if offset >= end - 1:
+                    self._finish(consumer, remaining, key)
+
+    @staticmethod
+    def _finish(consumer: Consumer, remaining: set[Partition], key: Partition) -> None:
+        if key in remaining:
+            remaining.discard(key)
+            consumer.pause([TopicPartition(key[0], key[1])])

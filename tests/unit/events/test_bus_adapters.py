@@ -1,0 +1,235 @@
+"""The Kafka adapter keeps its delivery promises: acked means stored, and offsets trail outcomes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from acidclean.shared.bus.consumer import OffsetLedger, commit_stored, consumer_config, store_offsets
+from acidclean.shared.bus.memory import InMemoryBus
+from acidclean.shared.bus.producer import KafkaEventBus, producer_config
+from acidclean.shared.bus.reader import reader_config
+from acidclean.shared.bus.topics import topic_specs
+from acidclean.shared.errors import BusError, ConfigurationError
+from acidclean.shared.settings import load_settings
+
+from .factories import delay, done, vacuum
+
+KAFKA = {"bootstrap.servers": "broker:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}
+
+
+class _Message:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self._where = (topic, partition, offset)
+
+    def topic(self) -> str:
+        return self._where[0]
+
+    def partition(self) -> int:
+        return self._where[1]
+
+    def offset(self) -> int:
+        return self._where[2]
+
+
+class FakeProducer:
+    """Answers each produce with the next scripted outcome (None = acknowledged) at flush time."""
+
+    def __init__(self, outcomes: list[KafkaError | str | None]) -> None:
+        self.outcomes = outcomes
+        self.produced: list[tuple[str, bytes | None, bytes | None, Any]] = []
+        self._reports: list[Callable[[], None]] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
+                on_delivery: Any = None, headers: Any = None) -> None:
+        self.produced.append((topic, key, value, headers))
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        if isinstance(outcome, str) and outcome == "buffer-full":
+            raise BufferError("queue full")
+        if isinstance(outcome, str):  # "no-report": the broker never answers this one
+            return
+        offset = len(self.produced)
+        self._reports.append(lambda: on_delivery(outcome, _Message(topic, 3, offset)))
+
+    def poll(self, timeout: float) -> int:
+        return self.flush(timeout)
+
+    def flush(self, timeout: float) -> int:
+        reports, self._reports = self._reports, []
+        for report in reports:
+            report()
+        return 0
+
+
+def _bus(producer: FakeProducer, total_timeout_s: float = 5.0) -> KafkaEventBus:
+    return KafkaEventBus(KAFKA, producer_factory=lambda config: producer, total_timeout_s=total_timeout_s)
+
+
+def test_producer_settings_pass_through_with_idempotence_and_acks_all() -> None:
+    config = producer_config(KAFKA, delivery_timeout_s=30)
+    assert {key: config[key] for key in KAFKA} == KAFKA
+    assert config["enable.idempotence"] == "true" and config["acks"] == "all"
+    assert config["message.timeout.ms"] == "30000"
+    given = producer_config({**KAFKA, "message.timeout.ms": "5000"}, delivery_timeout_s=30)
+    assert given["message.timeout.ms"] == "5000"
+
+
+@pytest.mark.parametrize("setting", [{"acks": "1"}, {"enable.idempotence": "false"}])
+def test_producer_settings_that_weaken_delivery_are_refused(setting: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError, match="remove it from the kafka settings"):
+        producer_config({**KAFKA, **setting}, delivery_timeout_s=30)
+
+
+def test_publish_returns_where_the_broker_stored_the_event() -> None:
+    producer = FakeProducer([None])
+    event = vacuum()
+    delivery = _bus(producer).publish("acid.vacuum.committed", event)
+    assert (delivery.topic, delivery.partition, delivery.offset, delivery.event_id) == (
+        "acid.vacuum.committed", 3, 1, event.event_id)
+    _, key, _, headers = producer.produced[0]
+    assert key == event.key.encode() and ("ce_id", str(event.event_id).encode()) in headers
+
+
+def test_retriable_errors_are_retried_until_acknowledged() -> None:
+    producer = FakeProducer([KafkaError(KafkaError._MSG_TIMED_OUT), "no-report",
+                             KafkaError(KafkaError.NOT_ENOUGH_REPLICAS), None])
+    deliveries = _bus(producer).publish_many([("t", vacuum())])
+    assert len(producer.produced) == 4 and len(deliveries) == 1
+
+
+def test_only_the_unacknowledged_events_are_sent_again() -> None:
+    producer = FakeProducer([None, KafkaError(KafkaError._TRANSPORT), None, None])
+    events = [vacuum(), vacuum(), vacuum()]
+    deliveries = _bus(producer).publish_many([("t", event) for event in events])
+    assert [d.event_id for d in deliveries] == [e.event_id for e in events]
+    sent_ids = [dict(headers)["ce_id"] for _, _, _, headers in producer.produced]
+    assert sent_ids.count(str(events[1].event_id).encode()) == 2 and len(sent_ids) == 4
+
+
+def test_full_local_queue_waits_for_room_instead_of_failing() -> None:
+    producer = FakeProducer(["buffer-full", None])
+    assert _bus(producer).publish("t", vacuum()).offset == 2
+
+
+def test_non_retriable_error_raises_an_actionable_bus_error_at_once() -> None:
+    producer = FakeProducer([KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None])
+    with pytest.raises(BusError, match=r"do not commit the input offset.*topic exists"):
+        _bus(producer).publish("acid.vacuum.committed", vacuum())
+    assert len(producer.produced) == 1
+
+
+def test_fatal_error_says_to_restart() -> None:
+    fatal = KafkaError(KafkaError._FENCED, "fenced", fatal=True)
+    with pytest.raises(BusError, match="fatal state: restart"):
+        _bus(FakeProducer([fatal])).publish("t", vacuum())
+
+
+def test_retries_stop_after_the_total_timeout_with_a_bus_error() -> None:
+    producer = FakeProducer([KafkaError(KafkaError._MSG_TIMED_OUT)] * 1000)
+    with pytest.raises(BusError, match=r"did not acknowledge 1 event\(s\) for t within 0.3 s.*Message timed out"):
+        _bus(producer, total_timeout_s=0.3).publish("t", vacuum())
+    assert 2 <= len(producer.produced) < 1000
+
+
+def test_consumer_settings_store_offsets_by_hand_and_assign_cooperatively() -> None:
+    config = consumer_config(KAFKA, "cleaner")
+    assert {key: config[key] for key in KAFKA} == KAFKA
+    assert config["enable.auto.commit"] == "false" and config["enable.auto.offset.store"] == "false"
+    assert config["partition.assignment.strategy"] == "cooperative-sticky" and config["group.id"] == "cleaner"
+    assert config["auto.offset.reset"] == "earliest"
+    assert consumer_config({**KAFKA, "auto.offset.reset": "latest"}, "g")["auto.offset.reset"] == "latest"
+
+
+@pytest.mark.parametrize("setting", [{"enable.auto.commit": "true"}, {"partition.assignment.strategy": "range"}])
+def test_consumer_settings_that_break_at_least_once_are_refused(setting: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError, match="only after its outcome is acknowledged"):
+        consumer_config({**KAFKA, **setting}, "g")
+
+
+def test_reader_settings_never_commit_and_report_the_end_of_partitions() -> None:
+    config = reader_config(KAFKA)
+    assert config["enable.auto.commit"] == "false" and config["enable.partition.eof"] == "true"
+    assert config["group.id"] != reader_config(KAFKA)["group.id"]
+
+
+def test_ledger_commits_only_past_records_whose_outcome_is_acknowledged() -> None:
+    ledger = OffsetLedger()
+    for offset in (10, 11, 12):
+        ledger.start("t", 0, offset)
+    assert ledger.finish("t", 0, 11) is None  # 10 is still in flight
+    assert ledger.committable() == {}
+    assert ledger.finish("t", 0, 10) == 12  # 10 and 11 done: next to read is 12
+    assert ledger.finish("t", 0, 12) == 13
+    assert ledger.committable() == {("t", 0): 13} and ledger.pending("t", 0) == 0
+
+
+def test_ledger_forgets_revoked_partitions_so_their_offsets_are_never_stored() -> None:
+    ledger = OffsetLedger()
+    ledger.start("t", 1, 5)
+    ledger.start("t", 2, 7)
+    ledger.forget([("t", 1)])
+    assert ledger.finish("t", 1, 5) is None
+    assert ledger.finish("t", 2, 7) == 8
+    assert ledger.committable() == {("t", 2): 8}
+
+
+class FakeConsumer:
+    def __init__(self, store_error: int | None = None, commit_error: int | None = None) -> None:
+        self.stored: list[Any] = []
+        self.commits = 0
+        self.store_error, self.commit_error = store_error, commit_error
+
+    def store_offsets(self, message: Any = None, offsets: Any = None) -> None:
+        if self.store_error is not None and offsets[0].partition == 1:
+            raise KafkaException(KafkaError(self.store_error))
+        self.stored.extend((tp.topic, tp.partition, tp.offset) for tp in offsets)
+
+    def commit(self, message: Any = None, offsets: Any = None, asynchronous: bool = True) -> None:
+        assert asynchronous is False
+        self.commits += 1
+        if self.commit_error is not None:
+            raise KafkaException(KafkaError(self.commit_error))
+
+
+def test_storing_an_offset_of_a_revoked_partition_is_skipped() -> None:
+    consumer = FakeConsumer(store_error=KafkaError._STATE)
+    assert store_offsets(consumer, {("t", 0): 4, ("t", 1): 9}) == [("t", 0)]
+    assert consumer.stored == [("t", 0, 4)]
+
+
+def test_other_store_errors_raise() -> None:
+    with pytest.raises(BusError, match="could not store offset 9 of t\\[1\\]"):
+        store_offsets(FakeConsumer(store_error=KafkaError._INVALID_ARG), {("t", 1): 9})
+
+
+def test_commit_with_nothing_stored_is_fine_and_other_commit_errors_raise() -> None:
+    commit_stored(FakeConsumer(commit_error=KafkaError._NO_OFFSET))
+    with pytest.raises(BusError, match="processed again"):
+        commit_stored(FakeConsumer(commit_error=KafkaError.REBALANCE_IN_PROGRESS))
+
+
+def test_topics_take_the_prefix_partitions_and_replication_and_audit_topics_keep_forever() -> None:
+    settings = load_settings(environ={}, overrides={"topic_prefix": "acme.", "topic_partitions": 3,
+                                                    "topic_replication_factor": 2})
+    specs = {spec.name: spec for spec in topic_specs(settings)}
+    assert set(specs) == {"acme.acid.vacuum.committed", "acme.acid.cleanup.delay", "acme.acid.cleanup.done",
+                          "acme.acid.cleanup.dead-letter", "acme.acid.delta.committed"}
+    assert {(s.partitions, s.replication_factor) for s in specs.values()} == {(3, 2)}
+    assert specs["acme.acid.cleanup.done"].config == {"retention.ms": "-1"}
+    assert specs["acme.acid.cleanup.delay"].config == {}
+    assert [s.name for s in topic_specs(settings, ["dead_letter"])] == ["acme.acid.cleanup.dead-letter"]
+
+
+def test_in_memory_bus_keeps_per_key_order_on_one_partition_and_can_fail() -> None:
+    bus = InMemoryBus()
+    v = vacuum()
+    first, second = bus.publish("d", delay(v)), bus.publish("d", done(v))
+    assert first.partition == second.partition and second.offset == first.offset + 1
+    assert [type(e).__name__ for e in bus.events("d")] == ["DelayEnvelope", "CleanupDone"]
+    bus.fail_next()
+    with pytest.raises(BusError):
+        bus.publish("d", v)
+    assert len(bus.records["d"]) == 2
