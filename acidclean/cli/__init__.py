@@ -19,6 +19,8 @@ from acidclean.shared.errors import AcidCleanError
 COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.stack", "stack"),
     ("acidclean.cli.demo", "demo"),
+    ("acidclean.cli.acid", "acid_state"),
+    ("acidclean.cli.acid", "scan"),
 )
 
 
