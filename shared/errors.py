@@ -50,3 +50,12 @@ class NotEnoughHistoryError(AcidLayoutError):
 
 class UnreadableFileError(AcidCleanError):
     """A data file of an ACID table could not be read (missing, truncated, or not ORC)."""
+
+
+class VacuumError(AcidCleanError):
+    """A vacuum (compaction) failed; what it wrote is only under a hidden ``_tmp`` directory."""
+
+
+class VacuumRefusedError(VacuumError):
+    """A vacuum was not started because it must not or need not run (non-transactional table,
+    nothing to compact, an open transaction below every delta); nothing was written."""
