@@ -21,6 +21,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.demo", "demo"),
     ("acidclean.cli.acid", "acid_state"),
     ("acidclean.cli.acid", "scan"),
+    ("acidclean.cli.audit", "audit"),
 )
 
 

@@ -6,7 +6,7 @@ as they arrived, with where they came from.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -43,7 +43,7 @@ class MessageLike(Protocol):
     def offset(self) -> int | None: ...
     def key(self) -> str | bytes | None: ...
     def value(self) -> str | bytes | None: ...
-    def headers(self) -> Sequence[tuple[str, bytes | None]] | None: ...
+    def headers(self) -> Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None: ...
     def timestamp(self) -> tuple[int, int]: ...
 
 
@@ -57,12 +57,14 @@ def _as_bytes(data: str | bytes | None) -> bytes | None:
 def raw_record(message: MessageLike) -> RawRecord:
     """A consumed ``confluent_kafka.Message`` as a :class:`RawRecord`."""
     timestamp_type, timestamp = message.timestamp()
+    headers = message.headers() or ()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
     return RawRecord(
         topic=message.topic() or "",
         partition=message.partition() or 0,
         offset=message.offset() or 0,
         key=_as_bytes(message.key()),
         value=_as_bytes(message.value()),
-        headers=tuple((name, _as_bytes(value)) for name, value in message.headers() or ()),
+        headers=tuple((name, _as_bytes(value)) for name, value in pairs),
         timestamp_ms=None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp,
     )

@@ -1,0 +1,257 @@
+"""The audit log: each vacuum's history, rebuilt from the event topics (SHOW COMPACTIONS for acidclean).
+
+:func:`fold` is pure: it groups events by the vacuum they belong to (``correlation_id``) and
+derives one :class:`AuditRow` per vacuum, whatever order the events arrive in (the topics have no
+order between them) and however often one is delivered (duplicates share an ``event_id``). The
+state of a vacuum is ``cleaned`` once a ``CleanupDone`` exists, else ``rejected`` once it was
+dead-lettered, else ``stuck`` when its latest delay envelope says so, else ``waiting``.
+
+:func:`read_audit` reads the vacuum, delay, done and dead-letter topics from the beginning to their
+current end without joining a consumer group, decodes every record (an unreadable one becomes a
+rejection row, as the cleaner would have it) and folds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import partial
+from typing import Any, Literal
+
+from acidclean.schemas.common import EventBase, LockSnapshotEntry
+from acidclean.schemas.events import (
+    CleanupDone,
+    CleanupRejected,
+    DelayEnvelope,
+    Event,
+    VacuumCommitted,
+)
+from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.reader import LogReader
+from acidclean.shared.bus.records import RawRecord, raw_record
+from acidclean.shared.settings import Settings
+
+AuditState = Literal["waiting", "cleaned", "rejected", "stuck"]
+# The settings.topics fields read by the audit, with the events each may hold.
+AUDIT_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
+    "vacuum_committed": (VacuumCommitted,),
+    "cleanup_delay": (DelayEnvelope,),
+    "cleanup_done": (CleanupDone,),
+    "dead_letter": (CleanupRejected,),
+}
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One vacuum's history. Times are UTC; ``time_waited_ms`` is None until the first check."""
+
+    vacuum_id: str | None
+    tenant: str
+    table: str | None
+    partition: str | None
+    compaction_type: str | None
+    vacuum_time: datetime | None
+    new_directories: tuple[str, ...]
+    state: AuditState
+    attempts: int
+    time_waited_ms: int | None
+    directories_removed: tuple[str, ...]
+    bytes_freed: int
+    cleaner_id: str | None
+    reason: str | None = None
+    locks_held: tuple[LockSnapshotEntry, ...] = ()
+    stuck_since: datetime | None = None
+    next_check_at: datetime | None = None
+    last_event_at: datetime = EPOCH
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as JSON-ready values (ISO 8601 times), for ``audit --format json``."""
+        return {
+            "vacuum_id": self.vacuum_id,
+            "tenant": self.tenant,
+            "table": self.table,
+            "partition": self.partition,
+            "compaction_type": self.compaction_type,
+            "vacuum_time": _iso(self.vacuum_time),
+            "new_directories": list(self.new_directories),
+            "state": self.state,
+            "attempts": self.attempts,
+            "time_waited_ms": self.time_waited_ms,
+            "directories_removed": list(self.directories_removed),
+            "bytes_freed": self.bytes_freed,
+            "cleaner_id": self.cleaner_id,
+            "reason": self.reason,
+            "locks_held": [lock.model_dump(mode="json") for lock in self.locks_held],
+            "stuck_since": _iso(self.stuck_since),
+            "next_check_at": _iso(self.next_check_at),
+            "last_event_at": _iso(self.last_event_at),
+        }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+
+
+def _order(event: EventBase) -> tuple[datetime, str]:
+    return (event.occurred_at, str(event.event_id))
+
+
+@dataclass
+class _History:
+    """Every event of one vacuum, each once."""
+
+    vacuums: dict[str, VacuumCommitted] = field(default_factory=dict)
+    delays: dict[str, DelayEnvelope] = field(default_factory=dict)
+    dones: dict[str, CleanupDone] = field(default_factory=dict)
+    rejections: dict[str, CleanupRejected] = field(default_factory=dict)
+
+    def add(self, event: Event) -> None:
+        event_id = str(event.event_id)
+        if isinstance(event, VacuumCommitted):
+            self.vacuums.setdefault(event_id, event)
+        elif isinstance(event, DelayEnvelope):
+            self.delays.setdefault(event_id, event)
+        elif isinstance(event, CleanupDone):
+            self.dones.setdefault(event_id, event)
+        elif isinstance(event, CleanupRejected):
+            self.rejections.setdefault(event_id, event)
+
+    def row(self) -> AuditRow:
+        everything: list[EventBase] = [
+            *self.vacuums.values(), *self.delays.values(), *self.dones.values(), *self.rejections.values()
+        ]
+        first = min(everything, key=_order)
+        delays = sorted(self.delays.values(), key=lambda e: (e.attempt, *_order(e)))
+        dones = sorted(self.dones.values(), key=_order)
+        rejections = sorted(self.rejections.values(), key=_order)
+        latest = delays[-1] if delays else None
+        vacuum = min(self.vacuums.values(), key=_order) if self.vacuums else (latest.vacuum if latest else None)
+        identified = vacuum or next((e for e in everything if e.table is not None), first)
+
+        removed: dict[str, int] = {}
+        for done in dones:
+            for directory in done.directories_removed:
+                removed.setdefault(directory.name, directory.bytes)
+        state: AuditState
+        if dones:
+            state, reason = "cleaned", _cleaned_reason(dones[0])
+        elif rejections:
+            state, reason = "rejected", f"{rejections[0].reason_code}: {rejections[0].reason}"
+        elif latest is not None and latest.stuck:
+            state, reason = "stuck", _waiting_reason(latest)
+        else:
+            state, reason = "waiting", _waiting_reason(latest) if latest else None
+        return AuditRow(
+            vacuum_id=str(first.correlation_id) if first.correlation_id else None,
+            tenant=identified.tenant,
+            table=identified.table,
+            partition=identified.partition,
+            compaction_type=vacuum.compaction_type if vacuum else None,
+            vacuum_time=vacuum.occurred_at if vacuum else None,
+            new_directories=tuple(vacuum.new_directories) if vacuum else (),
+            state=state,
+            attempts=max([d.attempt for d in delays] + [d.attempts for d in dones], default=0),
+            time_waited_ms=_time_waited(vacuum, latest, dones, state),
+            directories_removed=tuple(removed),
+            bytes_freed=sum(removed.values()),
+            cleaner_id=dones[0].cleaner_id if dones else None,
+            reason=reason,
+            locks_held=tuple(latest.locks_held) if latest and state in ("waiting", "stuck") else (),
+            stuck_since=latest.stuck_since if latest and state == "stuck" else None,
+            next_check_at=latest.due_at if latest and state in ("waiting", "stuck") else None,
+            last_event_at=max(event.occurred_at for event in everything),
+        )
+
+
+def _cleaned_reason(done: CleanupDone) -> str | None:
+    if done.dry_run:
+        return "dry run: nothing deleted" + (f"; {done.note}" if done.note else "")
+    return done.note
+
+
+def _waiting_reason(latest: DelayEnvelope) -> str:
+    if latest.check_error:
+        return f"metastore did not answer: {latest.check_error}"
+    holders = "; ".join(lock.describe() for lock in latest.locks_held) or "no lock listed"
+    return f"held by {holders}"
+
+
+def _time_waited(
+    vacuum: VacuumCommitted | None, latest: DelayEnvelope | None, dones: list[CleanupDone], state: AuditState
+) -> int | None:
+    if dones:
+        return dones[0].time_waited_ms
+    if state in ("waiting", "stuck") and vacuum is not None and latest is not None:
+        return max(0, round((latest.occurred_at - vacuum.occurred_at).total_seconds() * 1000))
+    return None
+
+
+def _sort_key(row: AuditRow) -> tuple[datetime, str, str, str, str]:
+    return (row.vacuum_time or row.last_event_at, row.table or "", row.partition or "", row.vacuum_id or "",
+            row.reason or "")
+
+
+def fold(events: Iterable[Event]) -> list[AuditRow]:
+    """One row per vacuum, oldest first; a rejection that names no vacuum gets a row of its own."""
+    histories: dict[str, _History] = {}
+    for event in events:
+        if not isinstance(event, (VacuumCommitted, DelayEnvelope, CleanupDone, CleanupRejected)):
+            continue  # DeltaCommitted and others are not part of a vacuum's history
+        group = str(event.correlation_id) if event.correlation_id is not None else f"event:{event.event_id}"
+        histories.setdefault(group, _History()).add(event)
+    return sorted((history.row() for history in histories.values()), key=_sort_key)
+
+
+def select(
+    rows: Iterable[AuditRow],
+    *,
+    table: str | None = None,
+    partition: str | None = None,
+    since: datetime | None = None,
+) -> list[AuditRow]:
+    """Rows of one table (and partition), whose vacuum ran at or after ``since``."""
+    return [
+        row
+        for row in rows
+        if (table is None or row.table == table)
+        and (partition is None or row.partition == partition)
+        and (since is None or (row.vacuum_time or row.last_event_at) >= since)
+    ]
+
+
+def _record_time(record: RawRecord) -> datetime:
+    # A rejection made while reading is dated by its record, so the same log always folds the same way.
+    return EPOCH if record.timestamp_ms is None else datetime.fromtimestamp(record.timestamp_ms / 1000, timezone.utc)
+
+
+def decode_records(
+    records: Iterable[RawRecord], settings: Settings, reader_id: str = "acidclean-audit"
+) -> Iterator[Event]:
+    """Decode records read from the audit topics; unreadable ones become rejections."""
+    expected = {settings.topic(name): classes for name, classes in AUDIT_TOPICS.items()}
+    for record in records:
+        yield decode(
+            record,
+            rejected_by=reader_id,
+            tenant=settings.tenant,
+            expected=expected.get(record.topic),
+            now=partial(_record_time, record),
+        )
+
+
+def read_audit(
+    settings: Settings,
+    *,
+    table: str | None = None,
+    partition: str | None = None,
+    since: datetime | None = None,
+) -> tuple[list[AuditRow], LogReader]:
+    """Read the audit topics to their current end and fold them; returns the rows and the reader used.
+
+    The reader tells which topics were missing and how many records were read.
+    """
+    reader = LogReader(settings.kafka, [settings.topic(name) for name in AUDIT_TOPICS])
+    events = decode_records((raw_record(message) for message in reader), settings)
+    return select(fold(events), table=table, partition=partition, since=since), reader
