@@ -72,9 +72,15 @@ def producer_config(kafka: Mapping[str, str], *, delivery_timeout_s: float) -> d
     return config
 
 
+# librdkafka already waited topic.metadata.propagation.max.ms before reporting these: the topic is missing.
+MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
 def is_retriable(error: KafkaError) -> bool:
     """Whether sending again may succeed (and the idempotent producer makes the retry safe)."""
-    return not error.fatal() and (error.retriable() or error.code() in TRANSIENT_CODES)
+    if error.fatal() or error.code() in MISSING_TOPIC_CODES:
+        return False
+    return error.retriable() or error.code() in TRANSIENT_CODES
 
 
 def _kafka_producer(config: dict[str, str]) -> ProducerLike:

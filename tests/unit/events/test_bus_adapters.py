@@ -233,3 +233,10 @@ def test_in_memory_bus_keeps_per_key_order_on_one_partition_and_can_fail() -> No
     with pytest.raises(BusError):
         bus.publish("d", v)
     assert len(bus.records["d"]) == 2
+
+
+def test_a_missing_topic_is_reported_at_once_not_retried() -> None:
+    producer = FakeProducer([KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), None])
+    with pytest.raises(BusError, match="Check that the topic exists"):
+        _bus(producer).publish("nope", vacuum())
+    assert len(producer.produced) == 1
