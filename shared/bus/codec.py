@@ -193,7 +193,8 @@ def _validate(event_class: type[EventBase], value: bytes) -> EventBase:
 def _classify(error: ValidationError, value: bytes) -> _Refused:
     details = error.errors(include_url=False, include_input=False)
     if any(item["type"] in ("json_invalid", "json_type") for item in details):
-        return _Refused("not_json", f"the value is not a JSON object: {details[0]['msg']}")
+        detail = str(details[0]["msg"]).removeprefix("Invalid JSON: ")
+        return _Refused("not_json", f"the value is not valid JSON ({detail})")
     body = json.loads(value)
     version = body.get("schema_version") if isinstance(body, dict) else None
     if isinstance(body, dict) and (type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS):
