@@ -22,6 +22,12 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.acid", "acid_state"),
     ("acidclean.cli.acid", "scan"),
     ("acidclean.cli.audit", "audit"),
+    ("acidclean.cli.cleaner", "cleaner"),
+    ("acidclean.cli.producers", "vacuum"),
+    ("acidclean.cli.producers", "create_table"),
+    ("acidclean.cli.producers", "ingest"),
+    ("acidclean.cli.producers", "read"),
+    ("acidclean.cli.producers", "outbox"),
 )
 
 

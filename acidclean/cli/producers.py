@@ -1,0 +1,295 @@
+"""``acidclean vacuum``, ``create-table``, ``ingest``, ``read`` and ``outbox``: the producer side.
+
+Every command takes ``--config FILE`` (settings file; ``ACIDCLEAN_*`` variables override it).
+``vacuum`` exits 0 when it committed and published, 1 when it refused or failed (nothing was
+committed) and 3 when it committed but could not publish its event (kept in the outbox for
+``acidclean outbox flush``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from acidclean.producers.plan import CompactionType, describe_plan, format_bytes
+from acidclean.producers.publish import PublishOutcome
+from acidclean.shared.metastore import HiveMetastore, split_table_name
+from acidclean.shared.settings import Settings, load_settings
+
+EXIT_NOT_PUBLISHED = 3
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+config_option = click.option(
+    "--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Settings file."
+)
+
+
+def _settings(config_file: Path | None) -> Settings:
+    return load_settings(config_file)
+
+
+def _metastore(settings: Settings) -> HiveMetastore:
+    return HiveMetastore(settings.metastore_uris, timeout_s=settings.metastore_timeout_s)
+
+
+def _info(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def _outcome_line(outcome: PublishOutcome) -> str:
+    event = outcome.event
+    where = f"{event.table}{' partition ' + event.partition if event.partition else ''}"
+    if outcome.delivery is not None:
+        delivery = outcome.delivery
+        return (
+            f"published VacuumCommitted {event.event_id} ({where}: {', '.join(event.new_directories)}) to "
+            f"{delivery.topic} [partition {delivery.partition}, offset {delivery.offset}]"
+        )
+    return (
+        f"NOT published: VacuumCommitted {event.event_id} ({where}): {outcome.error}\n"
+        f"  the event is kept in {outcome.outbox_path}; `acidclean outbox flush` (or the next vacuum) publishes it"
+    )
+
+
+@click.command()
+@click.argument("table", metavar="DB.TABLE")
+@click.option("--partition", metavar="K=V[/K2=V2]", help="Vacuum one partition.")
+@click.option("--full", is_flag=True, help="MAJOR vacuum (VACUUM TABLE t FULL): base and deltas into base_N.")
+@click.option("--dry-run", is_flag=True, help="Print what would be compacted into what; write nothing.")
+@click.option("--master", help="Spark master (default: spark-submit's, else local[*]).")
+@click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
+@click.option("--publish-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for Kafka.")
+@config_option
+def vacuum(
+    table: str,
+    partition: str | None,
+    full: bool,
+    dry_run: bool,
+    master: str | None,
+    outbox_dir: str | None,
+    publish_timeout: float,
+    config_file: Path | None,
+) -> None:
+    """Compact DB.TABLE on Spark, commit, snapshot the read locks and publish VacuumCommitted."""
+    from acidclean.producers.publish import Publisher
+    from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum, spark_session
+
+    settings = _settings(config_file)
+    request = VacuumRequest(table, partition, CompactionType.MAJOR if full else CompactionType.MINOR, dry_run)
+    with _metastore(settings) as metastore:
+        result = run_vacuum(
+            request,
+            settings=settings,
+            metastore=metastore,
+            spark=lambda: spark_session(master, f"acidclean-vacuum {table}"),
+            publisher=Publisher(settings, timeout_s=publish_timeout),
+            outbox=outbox_for(settings, outbox_dir),
+            progress=_info,
+        )
+        kind = metastore.kind
+    for outcome in result.earlier:
+        click.echo(f"earlier vacuum: {_outcome_line(outcome)}")
+    plan = result.plan
+    if result.status == "dry-run":
+        click.echo("\n".join(describe_plan(plan, kind)))
+        click.echo("dry run: nothing written")
+        return
+    if result.status == "already-committed":
+        click.echo(f"{plan.table}: {', '.join(result.new_directories)} already committed; nothing to do")
+        return
+    click.echo(f"committed {plan.compaction_type.value} vacuum of {plan.table}"
+               f"{' partition ' + plan.partition if plan.partition else ''}: {', '.join(result.new_directories)}")
+    click.echo(
+        f"  compacted {', '.join(plan.inputs)} ({plan.input_files} files, {format_bytes(result.bytes_read)})"
+        f" in {result.seconds:.1f} s: {result.rows_written} rows and {result.deletes_written} delete events in "
+        f"{result.files_written} files, {format_bytes(result.bytes_written)}"
+    )
+    click.echo(f"  obsolete now: {', '.join(plan.obsolete_after) or '(none)'}")
+    assert result.publish is not None
+    locks = result.publish.event.lock_snapshot
+    click.echo(f"  lock snapshot: {len(locks)} lock(s)" + "".join(f"\n    {lock.describe()}" for lock in locks))
+    click.echo(_outcome_line(result.publish))
+    if not result.publish.published:
+        sys.exit(EXIT_NOT_PUBLISHED)
+
+
+def _partition_column(text: str | None) -> list[tuple[str, str]]:
+    if not text:
+        return []
+    name, _, hive_type = text.strip().partition(" ")
+    return [(name.lower(), hive_type.strip().lower() or "string")]
+
+
+@click.command("create-table")
+@click.argument("table", metavar="DB.TABLE")
+@click.option("--columns", required=True, help='Columns, e.g. "id int, v string".')
+@click.option("--buckets", type=int, default=1, show_default=True, help="Buckets (on the first column).")
+@click.option("--partitioned-by", metavar="COL [TYPE]", help="Partition column (type string by default).")
+@click.option("--orc-compress", default="ZLIB", show_default=True, help="Table property orc.compress.")
+@config_option
+def create_table(
+    table: str, columns: str, buckets: int, partitioned_by: str | None, orc_compress: str, config_file: Path | None
+) -> None:
+    """Create a transactional, bucketed ORC table in the metastore."""
+    from acidclean.producers.hive_types import parse_columns
+    from acidclean.producers.ingest import create_table as create
+
+    db, name = split_table_name(table)
+    parsed = parse_columns(columns)
+    with _metastore(_settings(config_file)) as metastore:
+        info = create(
+            metastore, db, name, parsed, buckets=buckets,
+            partitioned_by=_partition_column(partitioned_by), orc_compress=orc_compress.upper(),
+        )
+    partitioning = f", partitioned by {', '.join(info.partition_keys)}" if info.partition_keys else ""
+    click.echo(
+        f"created transactional table {info.db}.{info.table} ({', '.join(f'{n} {t}' for n, t in info.columns)}): "
+        f"{info.bucket_count} buckets on {', '.join(info.bucket_columns)}{partitioning}, ORC {info.orc_compress}, "
+        f"at {info.location}"
+    )
+
+
+@click.command()
+@click.argument("table", metavar="DB.TABLE")
+@click.option("--rows", type=click.IntRange(min=0), required=True, help="Rows each commit inserts.")
+@click.option("--commits", type=click.IntRange(min=1), default=1, show_default=True, help="Transactions to commit.")
+@click.option("--delete-fraction", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Each commit also deletes this fraction of the rows it sees.")
+@click.option("--partition", metavar="K=V[/K2=V2]", help="The partition to write (created if missing).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated values.")
+@click.option("--publish/--no-publish", default=True, show_default=True, help="Publish DeltaCommitted.")
+@config_option
+def ingest(
+    table: str,
+    rows: int,
+    commits: int,
+    delete_fraction: float,
+    partition: str | None,
+    seed: int,
+    publish: bool,
+    config_file: Path | None,
+) -> None:
+    """Commit transactions that write deltas to DB.TABLE, as streaming ingest does."""
+    from acidclean.producers.ingest import CommitResult, IngestRequest
+    from acidclean.producers.ingest import ingest as run_ingest
+    from acidclean.shared.bus.producer import KafkaEventBus
+    from acidclean.shared.bus.topics import ensure_topics
+    from acidclean.shared.errors import AcidCleanError
+
+    settings = _settings(config_file)
+    db, name = split_table_name(table)
+    bus = None
+    if publish:
+        try:
+            ensure_topics(settings, ["delta_committed"], timeout_s=10.0)
+            bus = KafkaEventBus(
+                settings.kafka, source="/acidclean/ingest", delivery_timeout_s=10.0, total_timeout_s=10.0
+            )
+        except AcidCleanError as error:
+            _info(f"warning: DeltaCommitted events will not be published: {error}")
+
+    def report(result: CommitResult) -> None:
+        parts = [f"{result.delta} ({result.rows} rows)"] if result.delta else []
+        if result.delete_delta:
+            parts.append(f"{result.delete_delta} ({result.deletes} deletes)")
+        published = " (DeltaCommitted published)" if result.published else ""
+        click.echo(
+            f"committed write id {result.write_id} (txn {result.txn_id}): {', '.join(parts) or 'nothing'}, "
+            f"{format_bytes(result.bytes)}{published}"
+        )
+        if result.publish_error:
+            _info(f"warning: DeltaCommitted not published: {result.publish_error}")
+
+    with _metastore(settings) as metastore:
+        run_ingest(
+            metastore,
+            IngestRequest(db, name, rows, commits, delete_fraction, partition, seed),
+            bus=bus,
+            topic=settings.topic("delta_committed"),
+            tenant=settings.tenant,
+            on_commit=report,
+        )
+
+
+@click.command()
+@click.argument("table", metavar="DB.TABLE")
+@click.option("--partition", metavar="K=V[/K2=V2]", help="Read one partition.")
+@click.option("--hold", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Seconds to keep the read lock after reading.")
+@click.option("--count", "count_only", is_flag=True, help="Print only the number of rows.")
+@click.option("--with-row-id", is_flag=True, help="Also print originalTransaction, bucket, rowId, currentTransaction.")
+@config_option
+def read(
+    table: str, partition: str | None, hold: float, count_only: bool, with_row_id: bool, config_file: Path | None
+) -> None:
+    """Lock DB.TABLE for reading (SHARED_READ), then list and read it; print the rows as JSON lines."""
+    from acidclean.producers.reader import hold as hold_lock
+    from acidclean.producers.reader import locked_read
+
+    db, name = split_table_name(table)
+    with _metastore(_settings(config_file)) as metastore, locked_read(
+        metastore, db, name, partition, with_row_id=with_row_id
+    ) as snapshot:
+        _info(
+            f"lock {snapshot.lock_id} (SHARED_READ, txn {snapshot.txn_id}) acquired; read "
+            f"{', '.join(snapshot.directories) or 'no directories'}: {snapshot.rows.num_rows} rows"
+        )
+        if count_only:
+            click.echo(snapshot.rows.num_rows)
+        else:
+            for row in snapshot.rows.to_pylist():
+                click.echo(json.dumps(row, default=str))
+        if hold:
+            _info(f"holding lock {snapshot.lock_id} for {hold:g} s")
+            sys.stdout.flush()
+            hold_lock(metastore, snapshot.txn_id, hold)
+    _info(f"released lock {snapshot.lock_id}")
+
+
+@click.group()
+def outbox() -> None:
+    """The vacuum's outbox: VacuumCommitted events not yet acknowledged by Kafka."""
+
+
+@outbox.command("flush")
+@click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
+@click.option("--publish-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for Kafka.")
+@config_option
+def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Path | None) -> None:
+    """Publish every event left in the outbox; exit 3 if some still cannot be published."""
+    from acidclean.producers.publish import Publisher, flush_outbox
+    from acidclean.producers.vacuum import outbox_for
+
+    settings = _settings(config_file)
+    box = outbox_for(settings, outbox_dir)
+    with _metastore(settings) as metastore:
+        report = flush_outbox(box, metastore, Publisher(settings, timeout_s=publish_timeout))
+    for outcome in report.published + report.failed:
+        click.echo(_outcome_line(outcome))
+    for event_id in report.dropped:
+        click.echo(f"dropped draft {event_id}: its vacuum never committed")
+    click.echo(f"{len(report.published)} published, {len(report.failed)} still pending in {box.directory}")
+    if report.failed:
+        sys.exit(EXIT_NOT_PUBLISHED)
+
+
+@outbox.command("list")
+@click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
+@config_option
+def outbox_list(outbox_dir: str | None, config_file: Path | None) -> None:
+    """List the events waiting in the outbox."""
+    from acidclean.producers.vacuum import outbox_for
+
+    box = outbox_for(_settings(config_file), outbox_dir)
+    entries = box.entries()
+    for entry in entries:
+        draft = entry.draft
+        where = draft["table"] + (f"/{draft['partition']}" if draft["partition"] else "")
+        error = f" (last error: {entry.last_error})" if entry.last_error else ""
+        click.echo(f"{entry.event_id} {entry.state} {where} {', '.join(draft['new_directories'])}{error}")
+    click.echo(f"{len(entries)} event(s) in {box.directory}")

@@ -1,0 +1,136 @@
+"""Commit a vacuum's new directories atomically, and finish a commit a crash interrupted.
+
+A vacuum writes everything under ``_tmp_acidclean_<job>/`` beside its target directories: the name
+starts with ``_``, so Hive, Trino and acidclean's own reader never look inside. Committing is a
+rename of each new directory out of it; a rename is atomic on HDFS and local file systems, so a
+reader sees either the old directories or a complete new one. Before the first rename a marker
+(``_COMMITTING.json``, holding the vacuum's event draft) is written into the staging directory; a
+later run that finds the marker finishes the renames a crash interrupted and publishes the event.
+A staging directory without the marker is a vacuum that died while writing (or one still running):
+it is left alone; readers ignore it and a cleaner may remove it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from acidclean.shared.acid.names import parse_directory_name
+from acidclean.shared.acid.writer import write_acid_version_file
+from acidclean.shared.errors import AcidLayoutError, VacuumError
+
+STAGING_PREFIX = "_tmp_acidclean_"
+COMMIT_MARKER = "_COMMITTING.json"
+
+
+def staging_name(job_id: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in job_id)
+    return f"{STAGING_PREFIX}{safe}"
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory.rstrip('/')}/{name}"
+
+
+def _exists(fs: pafs.FileSystem, path: str) -> bool:
+    return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
+
+
+def finish_directories(fs: pafs.FileSystem, staging_dir: str, targets: Sequence[str]) -> list[str]:
+    """Give every staged target directory its ``_orc_acid_version`` side file (and create the insert
+    target even when every row was deleted: an empty base still supersedes what it compacted).
+    Returns the targets that exist in staging, in commit order."""
+    present = []
+    for index, target in enumerate(targets):
+        path = _join(staging_dir, target)
+        is_insert_target = index == len(targets) - 1
+        if not _exists(fs, path) and not is_insert_target:
+            continue  # a delete delta no bucket had events for
+        write_acid_version_file(fs, path)
+        present.append(target)
+    return present
+
+
+def _write_marker(fs: pafs.FileSystem, staging_dir: str, draft: dict[str, Any]) -> None:
+    with fs.open_output_stream(_join(staging_dir, COMMIT_MARKER)) as out:
+        out.write(json.dumps(draft, sort_keys=True).encode())
+
+
+def read_marker(fs: pafs.FileSystem, staging_dir: str) -> dict[str, Any] | None:
+    path = _join(staging_dir, COMMIT_MARKER)
+    if not _exists(fs, path):
+        return None
+    with fs.open_input_stream(path) as stream:
+        loaded: dict[str, Any] = json.loads(stream.read())
+    return loaded
+
+
+def _rename_out(fs: pafs.FileSystem, location: str, staging_dir: str, targets: Sequence[str]) -> None:
+    for target in targets:
+        source, destination = _join(staging_dir, target), _join(location, target)
+        if _exists(fs, destination):
+            if _exists(fs, source):
+                raise VacuumError(
+                    f"cannot commit {target}: {destination} already exists (another vacuum of the same "
+                    f"table committed it); this vacuum's output stays in {staging_dir}"
+                )
+            continue  # renamed by an earlier attempt
+        if not _exists(fs, source):
+            raise VacuumError(f"cannot commit {target}: {source} is missing")
+        try:
+            fs.move(source, destination)
+        except OSError as error:
+            raise VacuumError(f"cannot rename {source} to {destination}: {error}") from error
+
+
+def commit(
+    fs: pafs.FileSystem, location: str, staging_dir: str, targets: Sequence[str], draft: dict[str, Any]
+) -> None:
+    """Write the marker, rename the targets out of staging in order, then remove the staging
+    directory (only the marker and nothing else is left in it by then)."""
+    _write_marker(fs, staging_dir, {**draft, "targets": list(targets)})
+    _rename_out(fs, location, staging_dir, targets)
+    fs.delete_dir(staging_dir)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A commit a crash interrupted, now finished: its staging directory and event draft."""
+
+    staging_dir: str
+    draft: dict[str, Any]
+
+
+def _is_directory_name(name: str) -> bool:
+    try:
+        return "/" not in name and parse_directory_name(name) is not None
+    except AcidLayoutError:
+        return False
+
+
+def staging_directories(fs: pafs.FileSystem, location: str) -> list[str]:
+    infos = fs.get_file_info(pafs.FileSelector(location, allow_not_found=True))
+    return sorted(
+        info.path
+        for info in infos
+        if info.type == pafs.FileType.Directory and info.base_name.startswith(STAGING_PREFIX)
+    )
+
+
+def recover_commits(fs: pafs.FileSystem, location: str) -> list[Recovered]:
+    """Finish every commit of ``location`` that has a marker; leave other staging directories."""
+    recovered = []
+    for staging_dir in staging_directories(fs, location):
+        draft = read_marker(fs, staging_dir)
+        if draft is None:
+            continue
+        # The marker is data from storage: only plain ACID directory names are renamed.
+        targets = [t for t in draft.get("targets", []) if isinstance(t, str) and _is_directory_name(t)]
+        _rename_out(fs, location, staging_dir, targets)
+        fs.delete_dir(staging_dir)
+        recovered.append(Recovered(staging_dir, draft))
+    return recovered

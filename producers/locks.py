@@ -1,0 +1,70 @@
+"""Metastore locks as the producers use them: wait for a requested lock, snapshot the held ones.
+
+The vacuum snapshots the locks on the table or partition right after its rename (DESIGN.md section
+7, rule 2): every reader that may still use the old directories holds one of them, because readers
+lock before they list. For a partition, table-level locks count too: a reader of the whole table
+may be reading this partition.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.shared.errors import MetastoreError
+from acidclean.shared.metastore import LockInfo, LockRequestComponent, LockResult, Metastore
+
+
+def snapshot_entry(lock: LockInfo) -> LockSnapshotEntry:
+    acquired = None
+    if lock.acquired_at_ms:
+        acquired = datetime.fromtimestamp(lock.acquired_at_ms / 1000, tz=timezone.utc)
+    return LockSnapshotEntry(
+        lock_id=lock.lock_id,
+        txn_id=lock.txn_id or None,
+        lock_type=lock.lock_type,
+        state=lock.state,
+        user=lock.user,
+        host=lock.host,
+        acquired_at=acquired,
+    )
+
+
+def lock_snapshot(metastore: Metastore, db: str, table: str, partition: str | None) -> list[LockSnapshotEntry]:
+    """The locks held or requested on the table (for a partition: on it or on the whole table),
+    one entry per lock id."""
+    entries: dict[int, LockSnapshotEntry] = {}
+    for lock in metastore.show_locks(db, table):
+        if (lock.table or "").lower() != table.lower() or lock.db.lower() != db.lower():
+            continue  # matched case-insensitively (HIVE-23044 missed readers by case)
+        if partition is not None and lock.partition not in (None, partition):
+            continue
+        entries.setdefault(lock.lock_id, snapshot_entry(lock))
+    return [entries[lock_id] for lock_id in sorted(entries)]
+
+
+def acquire_lock(
+    metastore: Metastore,
+    components: list[LockRequestComponent],
+    txn_id: int,
+    *,
+    timeout_s: float = 300.0,
+    poll_s: float = 0.2,
+) -> LockResult:
+    """Request locks inside ``txn_id`` and wait until they are acquired, heartbeating the
+    transaction meanwhile; raises :class:`MetastoreError` if they are not granted in time."""
+    result = metastore.lock(components, txn_id)
+    deadline = time.monotonic() + timeout_s
+    while not result.acquired:
+        if result.state not in ("WAITING",):
+            raise MetastoreError(f"lock {result.lock_id} was not granted: state {result.state}")
+        if time.monotonic() > deadline:
+            raise MetastoreError(
+                f"lock {result.lock_id} still waiting after {timeout_s:g} s: another transaction holds a "
+                "conflicting lock (see `show_locks`)"
+            )
+        time.sleep(poll_s)
+        metastore.heartbeat(txn_id=txn_id)
+        result = metastore.check_lock(result.lock_id)
+    return result

@@ -1,0 +1,103 @@
+"""A durable outbox for ``VacuumCommitted`` events (DESIGN.md section 7, rule 6).
+
+A committed vacuum whose event is not acknowledged by Kafka must be published later, not lost. The
+vacuum therefore writes its event *draft* here before it renames anything, completes it with the
+lock snapshot after the rename, and removes it once the broker acknowledged it. Whatever is left is
+published by the next vacuum run or by ``acidclean outbox flush``:
+
+* a complete event is published as it is (same event id, so a duplicate is recognisable);
+* a draft whose new directories all exist committed but crashed before its lock snapshot: the
+  snapshot is taken now (later is only more conservative) and the event published;
+* a draft whose directories do not exist never committed and is dropped (a staging directory with
+  a commit marker is finished by :func:`acidclean.producers.commit.recover_commits` first).
+
+One JSON file per event, written to a temporary name and renamed, so a crash never leaves half a
+file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.errors import VacuumError
+
+DRAFT = "draft"
+READY = "ready"
+
+
+@dataclass(frozen=True)
+class OutboxEntry:
+    path: Path
+    state: str  # DRAFT or READY
+    draft: dict[str, Any]
+    event: VacuumCommitted | None
+    last_error: str | None
+
+    @property
+    def event_id(self) -> str:
+        return str(self.draft["event_id"])
+
+
+class Outbox:
+    """The outbox directory (``<state_dir>/outbox`` by default)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, event_id: str | uuid.UUID) -> Path:
+        return self.directory / f"vacuum-{event_id}.json"
+
+    def _write(self, event_id: str | uuid.UUID, content: dict[str, Any]) -> Path:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self._path(event_id)
+            partial = path.with_name(f".{path.name}.partial")
+            with partial.open("w", encoding="utf-8") as out:
+                json.dump(content, out, sort_keys=True)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(partial, path)
+        except OSError as error:
+            raise VacuumError(f"cannot write to the vacuum outbox {self.directory}: {error.strerror}") from error
+        return path
+
+    def save_draft(self, draft: dict[str, Any]) -> Path:
+        return self._write(draft["event_id"], {"state": DRAFT, "draft": draft})
+
+    def save_event(self, draft: dict[str, Any], event: VacuumCommitted, last_error: str | None = None) -> Path:
+        return self._write(
+            event.event_id,
+            {"state": READY, "draft": draft, "event": event.model_dump(mode="json"), "last_error": last_error},
+        )
+
+    def remove(self, event_id: str | uuid.UUID) -> None:
+        self._path(event_id).unlink(missing_ok=True)
+
+    def entries(self) -> list[OutboxEntry]:
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for path in sorted(self.directory.glob("vacuum-*.json")):
+            try:
+                content = json.loads(path.read_text(encoding="utf-8"))
+                event = content.get("event")
+                found.append(
+                    OutboxEntry(
+                        path=path,
+                        state=content["state"],
+                        draft=content["draft"],
+                        event=VacuumCommitted.model_validate_json(json.dumps(event)) if event else None,
+                        last_error=content.get("last_error"),
+                    )
+                )
+            except (OSError, ValueError, KeyError) as error:
+                raise VacuumError(
+                    f"outbox entry {path} cannot be read ({error}); inspect it, then move it away to continue"
+                ) from error
+        return found

@@ -1,0 +1,209 @@
+"""What a vacuum compacts into what: the pure planning step of the vacuum job.
+
+Given the listing of a table or partition directory and the metastore's valid id list, a plan names
+the input directories, the directories to write, the highest write id compacted, the buckets to
+process and the directories the vacuum will make obsolete. It follows Hive's compactor:
+
+* ids are compacted only below the lowest open one (the compactor list of :mod:`.id_lists`), so an
+  open transaction can never commit into a range already compacted;
+* MINOR (``VACUUM TABLE t``) rewrites the current deltas as one ``delta_MIN_MAX`` and the current
+  delete deltas as one ``delete_delta_MIN_MAX`` (same range, as Hive writes them), and needs at
+  least two current deltas;
+* MAJOR (``VACUUM TABLE t FULL``) rewrites the base, the current deltas and any original files as
+  ``base_MAX`` with the deletes applied, and needs at least one delta or original file.
+
+When there is nothing to do the plan is refused with the reason. No I/O: the listing is a value.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from acidclean.producers.id_lists import compactor_ids, id_name, lowest_open_id
+from acidclean.shared.acid.names import base_name, delta_name, parse_directory_name
+from acidclean.shared.acid.reader import snapshot_files
+from acidclean.shared.acid.state import AcidState, Listing, acid_state
+from acidclean.shared.acid.write_ids import ValidIdList
+from acidclean.shared.errors import VacuumRefusedError
+from acidclean.shared.metastore import MetastoreKind
+
+
+class CompactionType(str, enum.Enum):
+    MINOR = "MINOR"  # VACUUM TABLE t
+    MAJOR = "MAJOR"  # VACUUM TABLE t FULL
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """One vacuum, decided. ``state`` is what the compaction reads (for MINOR: the deltas only);
+    ``insert_target`` is ``base_N`` or ``delta_M_N``, ``delete_target`` the ``delete_delta_M_N`` of a
+    MINOR plan that has delete deltas to carry (None otherwise)."""
+
+    compaction_type: CompactionType
+    table: str
+    partition: str | None
+    listing: Listing
+    valid_ids: ValidIdList
+    state: AcidState
+    insert_target: str
+    delete_target: str | None
+    lowest_write_id: int
+    highest_write_id: int
+    buckets: tuple[int, ...]
+    input_files: int
+    input_bytes: int
+    obsolete_after: tuple[str, ...]
+    held_back: tuple[str, ...] = ()
+    held_back_by: int | None = None
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """Input directory names (base first, deltas in read order), then original files."""
+        directories = tuple(d.name for d in ((self.state.base,) if self.state.base else ()) + self.state.deltas)
+        return directories + tuple(f.path for f in self.state.original_files)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The directories to commit, in commit order: the delete delta first, as Hive's
+        ``CompactorOutputCommitter`` renames them (in name order)."""
+        return ((self.delete_target,) if self.delete_target else ()) + (self.insert_target,)
+
+    @property
+    def existing_targets(self) -> tuple[str, ...]:
+        present = set(top_level_directories(self.listing))
+        return tuple(name for name in self.targets if name in present)
+
+
+def top_level_directories(listing: Listing) -> list[str]:
+    names = {d.partition("/")[0] for d in listing.directories}
+    names.update(f.path.partition("/")[0] for f in listing.files if "/" in f.path)
+    return sorted(names)
+
+
+def _with_directories(listing: Listing, names: tuple[str, ...]) -> Listing:
+    return replace(listing, directories=listing.directories + names)
+
+
+def _enough(state: AcidState, compaction_type: CompactionType) -> bool:
+    if compaction_type is CompactionType.MINOR:
+        return len(state.deltas) > 1
+    return bool(state.deltas) or bool(state.original_files)
+
+
+def _describe_table(table: str, partition: str | None) -> str:
+    return f"{table} partition {partition}" if partition else table
+
+
+def _nothing_to_compact(state: AcidState, compaction_type: CompactionType, where: str) -> VacuumRefusedError:
+    if compaction_type is CompactionType.MINOR and len(state.deltas) == 1:
+        return VacuumRefusedError(
+            f"nothing to compact in {where}: only one current delta ({state.deltas[0].name}); a minor vacuum "
+            "needs at least two (a full vacuum, --full, would rewrite it as a base)"
+        )
+    if state.base is not None:
+        return VacuumRefusedError(
+            f"nothing to compact in {where}: {state.base.name} already holds every committed row and no delta "
+            "follows it"
+        )
+    return VacuumRefusedError(f"nothing to compact in {where}: it has no committed delta")
+
+
+def plan_compaction(
+    listing: Listing,
+    valid_ids_text: str,
+    kind: MetastoreKind,
+    compaction_type: CompactionType,
+    *,
+    table: str,
+    partition: str | None = None,
+) -> CompactionPlan:
+    """Decide one vacuum, or raise :class:`VacuumRefusedError` saying why there is none."""
+    where = _describe_table(table, partition)
+    valid_ids = compactor_ids(valid_ids_text, kind)
+    full_state = acid_state(listing, valid_ids)
+    if not _enough(full_state, compaction_type):
+        unblocked = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True))
+        lowest_open = lowest_open_id(valid_ids_text, kind)
+        if _enough(unblocked, compaction_type) and lowest_open is not None:
+            waiting = ", ".join(d.name for d in unblocked.deltas if d.max_write_id >= lowest_open)
+            raise VacuumRefusedError(
+                f"nothing can be compacted in {where} yet: {id_name(kind)} {lowest_open} is open and lies below "
+                f"every delta it would compact ({waiting}); vacuum again once it commits or aborts"
+            )
+        raise _nothing_to_compact(full_state, compaction_type, where)
+
+    if compaction_type is CompactionType.MINOR:
+        state = replace(full_state, base=None, original_files=())
+        lowest = min(d.min_write_id for d in state.deltas)
+        highest = max(d.max_write_id for d in state.deltas)
+        insert_target = delta_name(lowest, highest)
+        delete_target = delta_name(lowest, highest, delete=True) if state.delete_deltas else None
+    else:
+        state = full_state
+        lowest = 0
+        highest = max([d.max_write_id for d in state.deltas] + ([state.base.write_id] if state.base else [0]))
+        insert_target = base_name(highest)
+        delete_target = None
+
+    files = snapshot_files(listing, state)
+    sizes = {f.path: f.size for f in listing.files}
+    targets = ((delete_target,) if delete_target else ()) + (insert_target,)
+    after = acid_state(_with_directories(listing, targets), valid_ids)
+    obsolete_after = tuple(sorted(name for name in after.obsolete if _at_or_below(name, highest)))
+    unblocked_state = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True))
+    held_back = tuple(d.name for d in unblocked_state.deltas if d.max_write_id > valid_ids.high_watermark)
+    return CompactionPlan(
+        compaction_type=compaction_type,
+        table=table,
+        partition=partition,
+        listing=listing,
+        valid_ids=valid_ids,
+        state=state,
+        insert_target=insert_target,
+        delete_target=delete_target,
+        lowest_write_id=lowest,
+        highest_write_id=highest,
+        buckets=tuple(sorted({f.bucket_id for f in files if f.bucket_id is not None})),
+        input_files=len(files),
+        input_bytes=sum(sizes.get(f.relative_path, 0) for f in files),
+        obsolete_after=obsolete_after,
+        held_back=held_back,
+        held_back_by=lowest_open_id(valid_ids_text, kind) if held_back else None,
+    )
+
+
+def _at_or_below(name: str, highest: int) -> bool:
+    """Only directories whose ids are all at or below the vacuum's highest write id may be claimed
+    obsolete (DESIGN.md section 7, rule 3); original files count as id 0."""
+    parsed = parse_directory_name(name)
+    return parsed is None or parsed.max_write_id <= highest
+
+
+def describe_plan(plan: CompactionPlan, kind: MetastoreKind) -> list[str]:
+    """The plan as lines for an operator (``--dry-run`` prints these)."""
+    aborted = plan.valid_ids.aborted_ids
+    lines = [
+        f"{plan.compaction_type.value} vacuum of {_describe_table(plan.table, plan.partition)}",
+        f"  location   {plan.listing.location}",
+        f"  ids        {id_name(kind)}s up to {plan.valid_ids.high_watermark}"
+        + (f", skipping aborted {', '.join(map(str, aborted))}" if aborted else ""),
+        f"  compacts   {', '.join(plan.inputs)} ({plan.input_files} files, {format_bytes(plan.input_bytes)}, "
+        f"{len(plan.buckets)} buckets)",
+        f"  into       {', '.join(plan.targets)}",
+        f"  obsolete   {', '.join(plan.obsolete_after) or '(none)'}",
+    ]
+    if plan.held_back:
+        lines.append(
+            f"  waits      {', '.join(plan.held_back)} (above the open {id_name(kind)} {plan.held_back_by})"
+        )
+    return lines
+
+
+def format_bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"

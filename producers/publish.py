@@ -1,0 +1,147 @@
+"""Publish ``VacuumCommitted`` and wait for the broker, or keep it in the outbox.
+
+The event is built in two steps: a *draft* (everything the vacuum knows before its rename) and the
+lock snapshot taken after the rename. :func:`publish_committed` returns once Kafka acknowledged the
+event; when it cannot, the event stays in the :class:`~acidclean.producers.outbox.Outbox` and the
+outcome says so: the compaction itself has succeeded either way.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from acidclean.producers.commit import recover_commits
+from acidclean.producers.locks import lock_snapshot
+from acidclean.producers.outbox import DRAFT, Outbox, OutboxEntry
+from acidclean.schemas.common import utc_now
+from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.bus.producer import KafkaEventBus
+from acidclean.shared.bus.protocol import Delivery, EventBus
+from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.errors import AcidCleanError
+from acidclean.shared.filesystem import open_location
+from acidclean.shared.metastore import Metastore, split_table_name
+from acidclean.shared.settings import Settings
+
+_EVENT_FIELDS = (
+    "tenant",
+    "table",
+    "partition",
+    "location",
+    "compaction_type",
+    "new_directories",
+    "obsolete_directories",
+    "highest_write_id",
+    "vacuum_job_id",
+)
+
+
+def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitted:
+    """The event of a committed vacuum: its draft plus the locks held now."""
+    db, table = split_table_name(draft["table"])
+    return VacuumCommitted(
+        event_id=uuid.UUID(draft["event_id"]),
+        occurred_at=utc_now(),
+        lock_snapshot=lock_snapshot(metastore, db, table, draft["partition"]),
+        **{name: draft[name] for name in _EVENT_FIELDS},
+    )
+
+
+class Publisher:
+    """Publishes vacuum events to the settings' topic, creating it first if need be."""
+
+    def __init__(
+        self, settings: Settings, bus: EventBus | None = None, *, timeout_s: float = 30.0
+    ) -> None:
+        self.settings = settings
+        self.topic = settings.topic("vacuum_committed")
+        self._bus = bus
+        self._timeout_s = timeout_s
+        self._topic_ready = bus is not None  # an injected bus needs no topic creation
+
+    def publish(self, event: VacuumCommitted) -> Delivery:
+        if not self._topic_ready:
+            ensure_topics(self.settings, ["vacuum_committed"], timeout_s=self._timeout_s)
+            self._topic_ready = True
+        if self._bus is None:
+            self._bus = KafkaEventBus(
+                self.settings.kafka,
+                source="/acidclean/vacuum",
+                delivery_timeout_s=self._timeout_s,
+                total_timeout_s=self._timeout_s,
+            )
+        return self._bus.publish(self.topic, event)
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    event: VacuumCommitted
+    delivery: Delivery | None
+    error: str | None = None
+    outbox_path: str | None = None
+
+    @property
+    def published(self) -> bool:
+        return self.delivery is not None
+
+
+def publish_committed(
+    draft: dict[str, Any], event: VacuumCommitted, publisher: Publisher, outbox: Outbox
+) -> PublishOutcome:
+    """Publish and wait for the acknowledgement; on failure keep the complete event in the outbox."""
+    try:
+        delivery = publisher.publish(event)
+    except AcidCleanError as error:
+        path = outbox.save_event(draft, event, last_error=str(error))
+        return PublishOutcome(event, None, str(error), str(path))
+    outbox.remove(event.event_id)
+    return PublishOutcome(event, delivery)
+
+
+@dataclass
+class FlushReport:
+    published: list[PublishOutcome] = field(default_factory=list)
+    failed: list[PublishOutcome] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # drafts of vacuums that never committed
+
+
+def _committed(draft: dict[str, Any]) -> bool:
+    location = open_location(draft["location"])
+    return all(location.fs.exists(location.child(name)) for name in draft["new_directories"])
+
+
+def _finish_draft(entry: OutboxEntry) -> bool:
+    """Finish the rename of a draft's vacuum if its staging directory holds a commit marker; then
+    say whether it committed."""
+    location = open_location(entry.draft["location"])
+    staging = entry.draft.get("staging_dir")
+    if staging and location.fs.exists(location.child(staging)):
+        recover_commits(location.fs.arrow, location.path)
+    return _committed(entry.draft)
+
+
+def flush_outbox(
+    outbox: Outbox,
+    metastore: Metastore,
+    publisher: Publisher,
+    on_outcome: Callable[[PublishOutcome], None] | None = None,
+) -> FlushReport:
+    """Publish every event left in the outbox (see the module docstring of :mod:`.outbox`)."""
+    report = FlushReport()
+    for entry in outbox.entries():
+        event = entry.event
+        if entry.state == DRAFT or event is None:
+            if not _finish_draft(entry):
+                outbox.remove(entry.event_id)
+                report.dropped.append(entry.event_id)
+                continue
+            event = complete_event(entry.draft, metastore)
+            outbox.save_event(entry.draft, event)
+        outcome = publish_committed(entry.draft, event, publisher, outbox)
+        (report.published if outcome.published else report.failed).append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+    return report

@@ -1,0 +1,361 @@
+"""The vacuum job: compact one Hive ACID table or partition on Spark, commit, snapshot locks, publish.
+
+Steps (DESIGN.md sections 2 and 7):
+
+1. publish what earlier runs left in the outbox, and finish any commit a crash interrupted;
+2. look the table or partition up in the metastore and refuse, saying why, anything that is not a
+   transactional table or has nothing to compact (:mod:`.plan` decides, from the directory listing
+   and the metastore's valid id list, compacting only ids below the lowest open one);
+3. run one Spark task per bucket (:mod:`.compact`: pyarrow inside the executors), writing under a
+   hidden ``_tmp_acidclean_<job>`` staging directory;
+4. rename the new directories into place (:mod:`.commit`), then snapshot the locks held on the
+   table or partition, then publish ``VacuumCommitted`` and wait for Kafka's acknowledgement; if
+   that fails the event stays in the outbox and the result says so (:mod:`.publish`).
+
+A vacuum that dies before its rename leaves only the staging directory, which readers ignore.
+A re-run whose target directories already exist does nothing.
+
+Run it as ``acidclean vacuum DB.TABLE [--partition P] [--full] [--dry-run]``, or with spark-submit
+(``spark-submit .../acidclean/producers/vacuum.py DB.TABLE ...``; ``python -m
+acidclean.producers.vacuum`` runs the same on ``local[*]``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.orc as pa_orc
+
+from acidclean.producers.acid_files import orc_codec
+from acidclean.producers.commit import commit, finish_directories, recover_commits, staging_name
+from acidclean.producers.compact import BucketResult, BucketTask, bucket_tasks, compact_bucket
+from acidclean.producers.outbox import Outbox
+from acidclean.producers.plan import CompactionPlan, CompactionType, format_bytes, plan_compaction
+from acidclean.producers.publish import (
+    FlushReport,
+    Publisher,
+    PublishOutcome,
+    complete_event,
+    flush_outbox,
+    publish_committed,
+)
+from acidclean.shared.acid.events import ROW
+from acidclean.shared.acid.reader import list_table_dir, snapshot_files
+from acidclean.shared.errors import AcidCleanError, TableNotFoundError, VacuumError, VacuumRefusedError
+from acidclean.shared.filesystem import StorageLocation, open_location
+from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
+from acidclean.shared.settings import Settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class VacuumRequest:
+    table: str  # db.table
+    partition: str | None = None
+    compaction_type: CompactionType = CompactionType.MINOR
+    dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class VacuumResult:
+    """What a vacuum did. ``status`` is ``committed``, ``dry-run`` or ``already-committed``."""
+
+    status: str
+    plan: CompactionPlan
+    new_directories: tuple[str, ...] = ()
+    rows_written: int = 0
+    deletes_written: int = 0
+    files_written: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    job_id: str | None = None
+    publish: PublishOutcome | None = None
+    earlier: list[PublishOutcome] = field(default_factory=list)  # events of earlier runs published now
+
+
+def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
+    """The outbox of ``directory``, by default ``<state_dir>/outbox``."""
+    from pathlib import Path
+
+    return Outbox(Path(directory) if directory else settings.state_dir / "outbox")
+
+
+def lookup_table(metastore: Metastore, table: str, partition: str | None) -> TableInfo:
+    """The table or partition, or a refusal naming what is wrong with it."""
+    db, name = split_table_name(table)
+    partition = partition_name(partition)
+    try:
+        info = metastore.get_table(db, name)
+    except TableNotFoundError as error:
+        raise VacuumRefusedError(f"table {db}.{name} does not exist in the metastore ({error})") from error
+    if not info.transactional:
+        raise VacuumRefusedError(
+            f"{db}.{name} is not a transactional table (TBLPROPERTIES transactional=true is not set): only "
+            "Hive ACID tables have deltas to compact"
+        )
+    if info.parameters.get("transactional_properties", "").lower() == "insert_only":
+        raise VacuumRefusedError(f"{db}.{name} is an insert-only ACID table, which this vacuum does not compact")
+    if info.partition_keys and partition is None:
+        raise VacuumRefusedError(
+            f"{db}.{name} is partitioned by {', '.join(info.partition_keys)}: vacuum one partition at a time "
+            f"(--partition {'/'.join(k + '=...' for k in info.partition_keys)})"
+        )
+    if partition is not None and not info.partition_keys:
+        raise VacuumRefusedError(f"{db}.{name} is not partitioned, so it has no partition {partition}")
+    if partition is None:
+        return info
+    try:
+        return metastore.get_table(db, name, partition)
+    except TableNotFoundError as error:
+        raise VacuumRefusedError(f"{db}.{name} has no partition {partition} ({error})") from error
+
+
+def _row_type(location: StorageLocation, plan: CompactionPlan) -> pa.StructType:
+    """The ``row`` struct of the inputs, read from one file footer on the driver (delete events of a
+    bucket without insert rows still carry it, as Hive writes them)."""
+    files = snapshot_files(plan.listing, plan.state)
+    files.sort(key=lambda f: f.kind == "delete_delta")
+    with location.fs.arrow.open_input_file(files[0].path) as source:
+        schema = pa_orc.ORCFile(source).schema
+    by_lower = {f.name.lower(): f for f in schema}
+    row = by_lower.get(ROW.lower())
+    if row is not None and pa.types.is_struct(row.type):
+        return row.type
+    return pa.struct(list(schema))
+
+
+def _spark_progress(spark: SparkSession, group: str, total: int, progress: Progress, done: threading.Event) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    reported = -1
+    while not done.wait(1.0):
+        completed = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job else []:
+                stage = tracker.getStageInfo(stage_id)
+                completed += stage.numCompletedTasks if stage else 0
+        if completed != reported:
+            progress(f"  buckets compacted: {completed}/{total}")
+            reported = completed
+
+
+def run_bucket_tasks(spark: SparkSession, tasks: list[BucketTask], progress: Progress = _quiet) -> list[BucketResult]:
+    """One Spark task per bucket, run in parallel on the executors; reports progress while it runs."""
+    context = spark.sparkContext
+    group = f"acidclean-vacuum-{uuid.uuid4().hex[:8]}"
+    results: list[BucketResult] = []
+    failure: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            context.setJobGroup(group, f"acidclean vacuum: {len(tasks)} buckets")
+            results.extend(context.parallelize(tasks, len(tasks)).map(compact_bucket).collect())
+        except BaseException as error:  # handed to the calling thread
+            failure.append(error)
+
+    done = threading.Event()
+    worker = threading.Thread(target=job, name="acidclean-vacuum-job")
+    watcher = threading.Thread(target=_spark_progress, args=(spark, group, len(tasks), progress, done), daemon=True)
+    worker.start()
+    watcher.start()
+    worker.join()
+    done.set()
+    if failure:
+        raise failure[0]
+    return sorted(results, key=lambda r: r.bucket)
+
+
+def _draft(
+    plan: CompactionPlan,
+    settings: Settings,
+    location: StorageLocation,
+    new_directories: list[str],
+    job_id: str,
+    staging: str,
+) -> dict[str, Any]:
+    return {
+        "event_id": str(uuid.uuid4()),
+        "tenant": settings.tenant,
+        "table": plan.table,
+        "partition": plan.partition,
+        "location": location.uri,
+        "compaction_type": plan.compaction_type.value,
+        "new_directories": new_directories,
+        "obsolete_directories": list(plan.obsolete_after),
+        "highest_write_id": plan.highest_write_id,
+        "vacuum_job_id": job_id,
+        "staging_dir": staging,
+    }
+
+
+def _publish_earlier(
+    location: StorageLocation, metastore: Metastore, publisher: Publisher, outbox: Outbox
+) -> list[PublishOutcome]:
+    """Finish commits a crash interrupted in this location and publish their events."""
+    outcomes = []
+    for recovered in recover_commits(location.fs.arrow, location.path):
+        event = complete_event(recovered.draft, metastore)
+        outcomes.append(publish_committed(recovered.draft, event, publisher, outbox))
+    return outcomes
+
+
+def run_vacuum(
+    request: VacuumRequest,
+    *,
+    settings: Settings,
+    metastore: Metastore,
+    spark: Callable[[], SparkSession],
+    publisher: Publisher | None = None,
+    outbox: Outbox | None = None,
+    progress: Progress = _quiet,
+) -> VacuumResult:
+    """Vacuum one table or partition (see the module docstring). ``spark`` is called only when there
+    is something to compact. Raises :class:`VacuumRefusedError` when there is nothing to do and
+    :class:`VacuumError` when the compaction fails (the table is then unchanged)."""
+    publisher = publisher or Publisher(settings)
+    outbox = outbox or outbox_for(settings)
+    earlier: list[PublishOutcome] = []
+    if not request.dry_run:
+        flushed: FlushReport = flush_outbox(outbox, metastore, publisher)
+        earlier = flushed.published + flushed.failed
+
+    info = lookup_table(metastore, request.table, request.partition)
+    location = open_location(info.location)
+    if not request.dry_run:
+        earlier += _publish_earlier(location, metastore, publisher, outbox)
+
+    db, table = split_table_name(request.table)
+    valid_ids_text = metastore.valid_write_ids(db, table)
+    listing = list_table_dir(location.fs.arrow, location.path)
+    plan = plan_compaction(
+        listing,
+        valid_ids_text,
+        metastore.kind,
+        request.compaction_type,
+        table=f"{db}.{table}",
+        partition=info.partition,
+    )
+    existing = plan.existing_targets
+    if existing == plan.targets:
+        return VacuumResult("already-committed", plan, new_directories=existing, earlier=earlier)
+    if existing:
+        missing = ", ".join(t for t in plan.targets if t not in existing)
+        raise VacuumError(
+            f"{', '.join(existing)} already exist(s) in {location.uri} but {missing} do(es) not: a vacuum of "
+            "this table was interrupted half-way without a commit marker; inspect the directory before "
+            "vacuuming it again"
+        )
+    if request.dry_run:
+        return VacuumResult("dry-run", plan, earlier=earlier)
+    return _compact_and_commit(plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier)
+
+
+def _compact_and_commit(
+    plan: CompactionPlan,
+    settings: Settings,
+    metastore: Metastore,
+    location: StorageLocation,
+    info: TableInfo,
+    spark: SparkSession,
+    publisher: Publisher,
+    outbox: Outbox,
+    progress: Progress,
+    earlier: list[PublishOutcome],
+) -> VacuumResult:
+    started = time.monotonic()
+    job_id = f"{spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
+    staging = staging_name(job_id)
+    staging_dir = location.child(staging)
+    fs = location.fs.arrow
+    where = plan.table + (f" partition {plan.partition}" if plan.partition else "")
+    progress(
+        f"{plan.compaction_type.value} vacuum of {where}: {len(plan.inputs)} inputs, {plan.input_files} files, "
+        f"{format_bytes(plan.input_bytes)}, "
+        f"{len(plan.buckets)} buckets -> {', '.join(plan.targets)}"
+    )
+    try:
+        tasks = bucket_tasks(
+            plan,
+            location_uri=location.uri,
+            staging_dir=staging_dir,
+            row_type=_row_type(location, plan),
+            codec=orc_codec(info.orc_compress),
+        )
+        results = run_bucket_tasks(spark, tasks, progress)
+        produced = finish_directories(fs, staging_dir, plan.targets)
+    except Exception as error:
+        if isinstance(error, AcidCleanError):
+            raise
+        raise VacuumError(
+            f"the vacuum of {plan.table} failed while writing: {error}. Nothing was committed; its partial "
+            f"output is in {staging_dir}, which readers ignore"
+        ) from error
+
+    draft = _draft(plan, settings, location, produced, job_id, staging)
+    outbox.save_draft(draft)  # from here on a crash cannot lose the event
+    commit(fs, location.path, staging_dir, produced, draft)
+    event = complete_event(draft, metastore)  # the lock snapshot, taken after the rename
+    outbox.save_event(draft, event)
+    rows = sum(r.rows_written for r in results)
+    progress(f"  committed {', '.join(produced)} ({rows} rows); {len(event.lock_snapshot)} locks in the snapshot")
+    outcome = publish_committed(draft, event, publisher, outbox)
+    return VacuumResult(
+        status="committed",
+        plan=plan,
+        new_directories=tuple(produced),
+        rows_written=rows,
+        deletes_written=sum(r.deletes_written for r in results),
+        files_written=sum(len(r.files) for r in results),
+        bytes_read=sum(r.bytes_read for r in results),
+        bytes_written=sum(f.bytes for r in results for f in r.files),
+        seconds=time.monotonic() - started,
+        job_id=job_id,
+        publish=outcome,
+        earlier=earlier,
+    )
+
+
+def spark_session(master: str | None = None, app_name: str = "acidclean-vacuum") -> SparkSession:
+    """The active SparkSession, else a new one: spark-submit's master if it set one, else ``master``
+    (default ``local[*]``)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    if master is not None or not SparkConf().contains("spark.master"):
+        builder = builder.master(master or "local[*]")
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The spark-submit entry point: the ``acidclean vacuum`` command."""
+    from acidclean.cli.producers import vacuum
+
+    vacuum.main(args=argv, prog_name="acidclean.producers.vacuum")
+
+
+if __name__ == "__main__":
+    main()
