@@ -268,20 +268,15 @@ class HiveMetastore:
 
     @property
     def kind(self) -> MetastoreKind:
-        """Hive 2 or Hive 3+, found out once by asking for per-table write ids (Hive 2 lacks the call)."""
+        """Hive 2 or Hive 3+, found out once: catalogs came with Hive 3 (``getVersion`` says 3.0 on both)."""
         if self._kind is None:
-            request = ttypes.GetValidWriteIdsRequest(fullTableNames=[], validTxnList=f"0:{NO_MIN_OPEN}::")
             try:
-                self._call("get_valid_write_ids", lambda c: c.get_valid_write_ids(request))
+                self._call("get_catalogs", lambda c: c.get_catalogs())
                 self._kind = MetastoreKind.HIVE3
             except MetastoreError as error:
-                if "Invalid method name" in str(error):
+                cause = error.__cause__
+                if isinstance(cause, TApplicationException) and cause.type == TApplicationException.UNKNOWN_METHOD:
                     self._kind = MetastoreKind.HIVE2
-                elif isinstance(error.__cause__, TException) and not isinstance(
-                    error.__cause__, TApplicationException
-                ):
-                    # The call exists but refused the empty request: a Hive 3+ metastore.
-                    self._kind = MetastoreKind.HIVE3
                 else:
                     raise
         return self._kind

@@ -84,12 +84,12 @@ def require_kafka_libs() -> Path:
 
 
 def hive3_home(log_dir: Path) -> Path:
-    """The unpacked Hive Metastore 3.1.3 distribution (lib/, scripts/), with hadoop/ jars beside lib/."""
+    """The unpacked Hive Metastore 3.1.3 distribution (lib/, scripts/), with the other jars in extra/."""
     home = cache_dir() / "jars" / HIVE3_DIST
-    if (home / "lib").is_dir() and any((home / "hadoop").glob("hadoop-client-api-*.jar")):
+    if (home / "lib").is_dir() and any((home / "extra").glob("hive-exec-*.jar")):
         return home
     download = cache_dir() / "jars" / "hive3-download"
-    if not any(download.glob("*.tar.gz")):
+    if not any(download.glob("*.tar.gz")) or not any(download.glob("hive-exec-*.jar")):
         shutil.rmtree(download, ignore_errors=True)
         download.parent.mkdir(parents=True, exist_ok=True)
         _copy_dependencies(HERE / "hive3" / "pom.xml", download, log_dir / "maven-hive3.log")
@@ -99,9 +99,9 @@ def hive3_home(log_dir: Path) -> Path:
     staging.mkdir(parents=True)
     with tarfile.open(tarball) as archive:
         archive.extractall(staging, filter="data")
-    (staging / HIVE3_DIST / "hadoop").mkdir()
-    for jar in download.glob("hadoop-client-*.jar"):
-        shutil.copy2(jar, staging / HIVE3_DIST / "hadoop" / jar.name)
+    (staging / HIVE3_DIST / "extra").mkdir()
+    for jar in download.glob("*.jar"):
+        shutil.copy2(jar, staging / HIVE3_DIST / "extra" / jar.name)
     shutil.rmtree(home, ignore_errors=True)
     (staging / HIVE3_DIST).rename(home)
     shutil.rmtree(staging, ignore_errors=True)
