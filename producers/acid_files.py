@@ -148,10 +148,10 @@ def _stripe_rows(orc: pa_orc.ORCFile) -> list[int]:
     return [orc.read_stripe(i, columns=[OPERATION]).num_rows for i in range(orc.nstripes)]
 
 
-def encode_acid_file(events: pa.Table, codec: str = "zlib") -> bytes:
+def encode_acid_file(events: pa.Table, codec: str = "zlib", *, stripe_size: int = 64 * 1024 * 1024) -> bytes:
     """One ACID ORC file holding ``events`` (already in identity order), metadata included."""
     sink = pa.BufferOutputStream()
-    pa_orc.write_table(events, sink, compression=codec)
+    pa_orc.write_table(events, sink, compression=codec, stripe_size=stripe_size)
     data = sink.getvalue()
     stripes = _stripe_rows(pa_orc.ORCFile(pa.BufferReader(data)))
     metadata: Mapping[str, bytes] = {

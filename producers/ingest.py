@@ -100,6 +100,7 @@ def _write_bucketed(
 ) -> int:
     fs = location.fs.arrow
     path = location.child(directory)
+    fs.create_dir(path, recursive=True)
     written = 0
     for bucket in np.unique(bucket_of_event):
         chosen = events.filter(pa.array(bucket_of_event == bucket))
