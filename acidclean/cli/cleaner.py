@@ -1,0 +1,73 @@
+"""``acidclean cleaner``: run one process of the cleaner consumer group until SIGTERM.
+
+Defaults come from the settings (``hive.compaction-cleanup-interval`` 2000 ms,
+``hive.compaction-cleanup-threads`` 2, ...); the flags override them. Logs are JSON lines on stderr.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from acidclean.consumers.cleaner import Cleaner, CleanerOptions, crash_point_from_env
+from acidclean.consumers.logs import configure_json_logging
+from acidclean.shared.settings import load_settings
+
+
+@click.command()
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Config file (.properties or .json), read before ACIDCLEAN_* variables and these flags.",
+)
+@click.option("--group", help="Consumer group (the process joins GROUP.TENANT). Default: group_id setting.")
+@click.option("--threads", type=click.IntRange(min=1), help="Parallel tables and parallel deletes (default 2).")
+@click.option(
+    "--interval-ms", type=click.IntRange(min=1), help="Delay before a waiting vacuum is checked again (default 2000)."
+)
+@click.option("--tenant", help="The tenant this process cleans for: its events and its allowed roots only.")
+@click.option(
+    "--max-wait",
+    "max_wait_s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds after which a waiting vacuum is reported stuck (default 86400); it keeps waiting.",
+)
+@click.option("--dry-run", is_flag=True, help="Delete nothing; publish CleanupDone(dry_run=true) with what would go.")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), help="Serve Prometheus /metrics on this port.")
+@click.option("--cleaner-id", help="This process's id in events and logs (default: host-pid).")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+def cleaner(
+    config_file: Path | None,
+    group: str | None,
+    threads: int | None,
+    interval_ms: int | None,
+    tenant: str | None,
+    max_wait_s: float | None,
+    dry_run: bool,
+    metrics_port: int | None,
+    cleaner_id: str | None,
+    log_level: str,
+) -> None:
+    """Run one cleaner of the consumer group: wait for readers, delete obsolete directories, report."""
+    configure_json_logging(log_level)
+    settings = load_settings(
+        config_file,
+        overrides={
+            "group_id": group,
+            "cleanup_threads": threads,
+            "cleanup_interval_ms": interval_ms,
+            "tenant": tenant,
+            "max_wait_s": max_wait_s,
+        },
+    )
+    options = CleanerOptions(
+        dry_run=dry_run, metrics_port=metrics_port, cleaner_id=cleaner_id, crash_at=crash_point_from_env()
+    )
+    Cleaner(settings, options).run()

@@ -1,0 +1,232 @@
+"""One process of the cleaner consumer group, assembled from settings.
+
+:class:`Cleaner` wires the pieces: a consumer of the vacuum and delay topics in the tenant's group,
+the loop (:mod:`acidclean.consumers.loop`), the handler (:mod:`acidclean.consumers.cleaning`), one
+metastore client and one idempotent producer per worker thread, a pool of
+``hive.compaction-cleanup-threads`` workers for tables and another as many for deletes, and the
+Prometheus endpoint. SIGTERM and SIGINT stop it gracefully.
+
+Tenants. A process works for exactly one tenant (``--tenant``). It joins the group
+``<group>.<tenant>`` and skips records whose key belongs to another tenant, so tenants may share
+topics (or use their own ``topic_prefix``); giving every tenant its own group guarantees a skipped
+record is always some other group's to handle. It deletes only under that tenant's allowed roots and
+refuses to start without any.
+
+A dry run (``--dry-run``) joins ``<group>.<tenant>.dry-run`` (it never takes events from the real
+cleaners), deletes nothing, publishes ``CleanupDone`` with ``dry_run=true`` listing what it would
+remove, and only logs the delays and dead letters it would publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, cast
+
+from confluent_kafka import Consumer, KafkaException
+
+from acidclean.consumers.cleaning import (
+    CRASH_POINTS,
+    CleanerMetastore,
+    CleanerTopics,
+    CleanupHandler,
+    CrashPoint,
+    HandlerConfig,
+    StorageLocationLike,
+)
+from acidclean.consumers.logs import log
+from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
+from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.safety import TenantRoots, UnsafeLocation
+from acidclean.shared.bus.consumer import consumer_config
+from acidclean.shared.bus.producer import KafkaEventBus
+from acidclean.shared.bus.protocol import EventBus
+from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.errors import ConfigurationError
+from acidclean.shared.filesystem import open_location
+from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.settings import Settings
+
+LOGGER = logging.getLogger("acidclean.cleaner")
+CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
+
+
+@dataclass(frozen=True)
+class CleanerOptions:
+    """Process options that are not settings of the product."""
+
+    dry_run: bool = False
+    metrics_port: int | None = None
+    cleaner_id: str | None = None
+    crash_at: CrashPoint | None = None  # test hook, from ACIDCLEAN_CRASH_AT
+    batch_size: int = 500
+    create_topics: bool = True
+
+
+def cleaner_group_id(settings: Settings, dry_run: bool = False) -> str:
+    """The consumer group of a tenant's cleaners."""
+    return f"{settings.group_id}.{settings.tenant}" + (".dry-run" if dry_run else "")
+
+
+def default_cleaner_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def crash_point_from_env(environ: dict[str, str] | None = None) -> CrashPoint | None:
+    """The ACIDCLEAN_CRASH_AT test hook: the step at which the process kills itself."""
+    value = (environ if environ is not None else dict(os.environ)).get("ACIDCLEAN_CRASH_AT")
+    if not value:
+        return None
+    if value not in CRASH_POINTS:
+        raise ConfigurationError(f"ACIDCLEAN_CRASH_AT={value!r}: expected one of {', '.join(CRASH_POINTS)}")
+    return value  # type: ignore[return-value]
+
+
+class Cleaner:
+    """A cleaner process: build it, then :meth:`run` until SIGTERM or :meth:`stop`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: CleanerOptions | None = None,
+        *,
+        metastore_factory: Callable[[], CleanerMetastore] | None = None,
+        bus_factory: Callable[[], EventBus] | None = None,
+        open_storage: Callable[[str], StorageLocationLike] = open_location,
+        consumer: ConsumerLike | None = None,
+        metrics: CleanerMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.options = options or CleanerOptions()
+        self.cleaner_id = self.options.cleaner_id or default_cleaner_id()
+        self.group_id = cleaner_group_id(settings, self.options.dry_run)
+        self.metrics = metrics or CleanerMetrics()
+        if not settings.allowed_roots.get(settings.tenant):
+            raise ConfigurationError(
+                f"tenant {settings.tenant!r} has no allowed roots, so the cleaner could delete nothing safely; set "
+                f'allowed_roots (e.g. ACIDCLEAN_ALLOWED_ROOTS=\'{{"{settings.tenant}": ["hdfs://nn/warehouse"]}}\')'
+            )
+        try:
+            roots = TenantRoots.build(settings.tenant, settings.allowed_roots, os.path.realpath)
+        except UnsafeLocation as error:
+            raise ConfigurationError(f"invalid allowed root: {error}") from error
+        self.topics = CleanerTopics(*(settings.topic(name) for name in CLEANER_TOPICS))
+        if self.options.create_topics:
+            ensure_topics(settings, CLEANER_TOPICS)
+
+        self._local = threading.local()
+        self._clients: list[Any] = []
+        self._clients_lock = threading.Lock()
+        self._metastore_factory = metastore_factory or (
+            lambda: HiveMetastore(settings.metastore_uris, settings.metastore_timeout_s)
+        )
+        self._bus_factory = bus_factory or (
+            lambda: KafkaEventBus(
+                settings.kafka,
+                source=f"/acidclean/cleaner/{self.cleaner_id}",
+                delivery_timeout_s=15.0,
+                total_timeout_s=30.0,
+            )
+        )
+        threads = settings.cleanup_threads
+        self._lane_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-table")
+        self._delete_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-delete")
+        self.handler = CleanupHandler(
+            HandlerConfig(
+                tenant=settings.tenant,
+                cleaner_id=self.cleaner_id,
+                interval_ms=settings.cleanup_interval_ms,
+                max_wait_s=settings.max_wait_s,
+                topics=self.topics,
+                dry_run=self.options.dry_run,
+                crash_at=self.options.crash_at,
+            ),
+            metastore=self._per_thread("metastore", self._metastore_factory),
+            bus=self._per_thread("bus", self._bus_factory),
+            open_storage=open_storage,
+            roots=roots,
+            metrics=self.metrics,
+            delete_pool=self._delete_pool,
+        )
+        self.loop = CleanerLoop(
+            consumer or self._consumer(),
+            self.handler,
+            LoopConfig(
+                vacuum_topic=self.topics.vacuum_committed,
+                delay_topic=self.topics.cleanup_delay,
+                tenant=settings.tenant,
+                cleaner_id=self.cleaner_id,
+                interval_ms=settings.cleanup_interval_ms,
+                batch_size=self.options.batch_size,
+            ),
+            executor=self._lane_pool,
+            metrics=self.metrics,
+        )
+
+    def _per_thread(self, name: str, factory: Callable[[], Any]) -> Callable[[], Any]:
+        def get() -> Any:
+            client = getattr(self._local, name, None)
+            if client is None:
+                client = factory()
+                setattr(self._local, name, client)
+                with self._clients_lock:
+                    self._clients.append(client)
+            return client
+
+        return get
+
+    def _consumer(self) -> ConsumerLike:
+        config: dict[str, Any] = consumer_config(self.settings.kafka, self.group_id)
+        config.setdefault("client.id", f"acidclean-cleaner-{self.cleaner_id}")
+        config["on_commit"] = lambda error, partitions: self.loop.on_commit(error, partitions)
+        try:
+            return cast(ConsumerLike, Consumer(config))
+        except KafkaException as error:
+            raise ConfigurationError(f"invalid Kafka consumer settings: {error.args[0].str()}") from error
+
+    def run(self) -> None:
+        """Consume until stopped; on SIGTERM/SIGINT (when run on the main thread) stop gracefully."""
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda *_: self.stop())
+        if self.options.metrics_port is not None:
+            self.metrics.serve(self.options.metrics_port)
+        log(
+            LOGGER,
+            logging.INFO,
+            "cleaner started",
+            cleaner_id=self.cleaner_id,
+            group=self.group_id,
+            tenant=self.settings.tenant,
+            topics=[self.topics.vacuum_committed, self.topics.cleanup_delay],
+            threads=self.settings.cleanup_threads,
+            interval_ms=self.settings.cleanup_interval_ms,
+            dry_run=self.options.dry_run or None,
+            metrics_port=self.options.metrics_port,
+        )
+        try:
+            self.loop.run()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        self._lane_pool.shutdown(wait=True, cancel_futures=True)
+        self._delete_pool.shutdown(wait=True, cancel_futures=True)
+        with self._clients_lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            closer = getattr(client, "close", None)
+            if closer is not None:
+                try:
+                    closer()
+                except Exception as error:  # closing is best effort; everything acknowledged is already safe
+                    log(LOGGER, logging.WARNING, f"closing {type(client).__name__} failed: {error}")

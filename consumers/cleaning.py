@@ -1,0 +1,570 @@
+"""One cleaner step for one event: check, then wait, clean or refuse, and publish the outcome.
+
+:class:`CleanupHandler` takes a consumed event (a ``VacuumCommitted``, a due ``DelayEnvelope`` or a
+record the decoder already refused) and returns only once its outcome is acknowledged by the broker:
+
+* locks of the snapshot still held, or the metastore unreachable (fail closed): a delay envelope;
+* ready: the obsolete directories are computed again from the current listing, checked against
+  rules 3 and 4 (:mod:`acidclean.consumers.safety`), deleted with the delete pool, and
+  ``CleanupDone`` lists them (file counts, bytes); a table dropped meanwhile gives a ``CleanupDone``
+  with nothing removed and the reason;
+* anything unsafe or invalid: ``CleanupRejected`` on the dead-letter topic, nothing deleted.
+
+Everything it touches is reached through small protocols (metastore, storage, bus, clock), so unit
+tests run it against fakes. It is called from several worker threads at once: the metastore and bus
+factories return one client per thread. A ``BusError`` (outcome not acknowledged) propagates: the
+caller must not commit the input offset.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Literal, Protocol
+
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from acidclean.consumers.logs import log
+from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.readiness import Readiness, lock_scope, not_checked, ready_to_clean
+from acidclean.consumers.safety import (
+    CleanupPlan,
+    NotYet,
+    Refusal,
+    TenantRoots,
+    check_claims,
+    check_location,
+    cleaner_ids,
+    plan_cleanup,
+)
+from acidclean.consumers.scheduling import delay_envelope, next_due, vacuum_of
+from acidclean.schemas.common import EventBase, derived_event_id
+from acidclean.schemas.events import (
+    CleanupDone,
+    CleanupRejected,
+    DelayEnvelope,
+    RemovedDirectory,
+    VacuumCommitted,
+)
+from acidclean.shared.bus.codec import reject
+from acidclean.shared.bus.protocol import EventBus
+from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
+from acidclean.shared.filesystem import Entry, FileSystem, StorageError, TreeSize
+from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
+
+LOGGER = logging.getLogger("acidclean.cleaner")
+
+CRASH_POINTS = ("before-delete", "mid-delete", "after-delete", "after-done")
+CrashPoint = Literal["before-delete", "mid-delete", "after-delete", "after-done"]
+OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run"]
+
+
+class CleanerMetastore(Protocol):
+    """The metastore calls the cleaner makes (a subset of :class:`acidclean.shared.metastore.Metastore`)."""
+
+    @property
+    def kind(self) -> MetastoreKind: ...
+
+    def get_table(self, db: str, table: str, partition: str | None = None) -> TableInfo: ...
+
+    def valid_write_ids(self, db: str, table: str) -> str: ...
+
+    def show_locks(
+        self, db: str | None = None, table: str | None = None, partition: str | None = None
+    ) -> list[LockInfo]: ...
+
+
+class StorageLocationLike(Protocol):
+    """What :func:`acidclean.shared.filesystem.open_location` returns."""
+
+    @property
+    def fs(self) -> FileSystem: ...
+
+    @property
+    def path(self) -> str: ...
+
+    def child(self, name: str) -> str: ...
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    """Wall-clock time, UTC."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class CleanerTopics:
+    vacuum_committed: str
+    cleanup_delay: str
+    cleanup_done: str
+    dead_letter: str
+
+
+@dataclass(frozen=True)
+class HandlerConfig:
+    tenant: str
+    cleaner_id: str
+    interval_ms: int
+    max_wait_s: float
+    topics: CleanerTopics
+    dry_run: bool = False
+    crash_at: CrashPoint | None = None
+    lock_check_attempts: int = 3
+
+
+@dataclass(frozen=True)
+class Work:
+    """One consumed record the loop handed over: its event (or the decoder's refusal) and position."""
+
+    record: RawRecord
+    event: VacuumCommitted | DelayEnvelope | CleanupRejected
+    generation: int = 0
+    due_ms: int = 0
+
+    @property
+    def partition(self) -> tuple[str, int]:
+        return (self.record.topic, self.record.partition)
+
+    @property
+    def offset(self) -> int:
+        return self.record.offset
+
+    @property
+    def lane(self) -> str:
+        """Works of one lane run one after the other; one table's events share a lane."""
+        if isinstance(self.event, CleanupRejected):
+            return "\x00dead-letters"
+        return f"{self.event.tenant}/{self.event.table.lower()}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What handling an event published (already acknowledged by the broker, unless a dry run)."""
+
+    kind: OutcomeKind
+    event: EventBase
+    removed: tuple[RemovedDirectory, ...] = ()
+
+
+class TableLockCheck:
+    """The lock list of one table, asked for at most once and shared by every event of a lane group.
+
+    Reusing it for later events of the group is safe: lock ids are never reused, so a snapshot lock
+    absent from an earlier list is still released; one present may have been released since, which
+    only makes the answer more cautious.
+    """
+
+    def __init__(self, handler: CleanupHandler, table: str) -> None:
+        self._handler = handler
+        self._table = table
+        self._locks: list[LockInfo] | None = None
+        self._error: str | None = None
+        self._due: datetime | None = None
+
+    def readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
+        vacuum = vacuum_of(processed)
+        if self._locks is None and self._error is None:
+            try:
+                self._locks = self._handler.show_locks(self._table)
+            except MetastoreError as error:
+                self._error = f"metastore show_locks failed: {error}"
+        if self._locks is None:
+            last = processed.locks_held if isinstance(processed, DelayEnvelope) else None
+            return not_checked(vacuum.lock_snapshot, last, self._error or "no answer")
+        return ready_to_clean(vacuum.lock_snapshot, self._locks)
+
+    def due(self, now: datetime, interval_ms: int) -> datetime:
+        """One due time for every envelope of this group, so they are checked together again."""
+        if self._due is None:
+            self._due = next_due(now, interval_ms)
+        return self._due
+
+
+class CleanupHandler:
+    """Decides and carries out the outcome of one event. Thread-safe."""
+
+    def __init__(
+        self,
+        config: HandlerConfig,
+        *,
+        metastore: Callable[[], CleanerMetastore],
+        bus: Callable[[], EventBus],
+        open_storage: Callable[[str], StorageLocationLike],
+        roots: TenantRoots,
+        metrics: CleanerMetrics,
+        delete_pool: Executor | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.config = config
+        self._metastore = metastore
+        self._bus = bus
+        self._open_storage = open_storage
+        self._roots = roots
+        self._metrics = metrics
+        self._delete_pool = delete_pool
+        self._clock = clock or SystemClock()
+        self._stuck: dict[str, float] = {}
+        self._stuck_lock = threading.Lock()
+
+    # -- entry points ------------------------------------------------------------------------------
+
+    def lock_check(self, work: Work) -> TableLockCheck:
+        table = work.event.table if not isinstance(work.event, CleanupRejected) else None
+        return TableLockCheck(self, table or "")
+
+    def handle(self, work: Work, locks: TableLockCheck) -> Outcome:
+        """Handle one work item; returns once its outcome is acknowledged (raises ``BusError`` if not)."""
+        event = work.event
+        if isinstance(event, CleanupRejected):
+            return self._dead_letter(event)
+        vacuum = vacuum_of(event)
+        refusal = check_claims(vacuum)
+        if refusal is not None:
+            return self._refuse(work, event, refusal)
+        readiness = locks.readiness(event)
+        if not readiness.ready:
+            return self._delay(event, readiness, locks)
+        return self._clean(work, event, readiness, locks)
+
+    def show_locks(self, table: str) -> list[LockInfo]:
+        """One table-level show_locks, retried a bounded number of times (then fail closed)."""
+        db, name = lock_scope(table)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.config.lock_check_attempts),
+            wait=wait_exponential(multiplier=0.05, max=0.5),
+            retry=retry_if_exception(lambda error: isinstance(error, MetastoreError)),
+            reraise=True,
+        )
+        for attempt in retrying:
+            with attempt:
+                self._metrics.metastore_calls.labels("show_locks").inc()
+                return self._metastore().show_locks(db, name)
+        raise AssertionError("unreachable")
+
+    def stuck_count(self, within_s: float) -> int:
+        horizon = time.time() - within_s
+        with self._stuck_lock:
+            for key in [key for key, seen in self._stuck.items() if seen < horizon]:
+                del self._stuck[key]
+            return len(self._stuck)
+
+    # -- outcomes ----------------------------------------------------------------------------------
+
+    def _publish(self, topic: str, event: EventBase) -> None:
+        if self.config.dry_run and not isinstance(event, CleanupDone):
+            return  # a dry run reports what it would do in its logs; only CleanupDone(dry_run) is published
+        self._bus().publish(topic, event)
+
+    def _dead_letter(self, rejected: CleanupRejected) -> Outcome:
+        self._publish(self.config.topics.dead_letter, rejected)
+        self._metrics.dead_letters.labels(rejected.reason_code).inc()
+        self._metrics.events.labels("dead_lettered").inc()
+        log(
+            LOGGER,
+            logging.WARNING,
+            "dead-lettered",
+            outcome="dead_lettered",
+            reason_code=rejected.reason_code,
+            reason=rejected.reason,
+            table=rejected.table,
+            partition=rejected.partition,
+            event_id=rejected.causation_id,
+            vacuum_id=rejected.correlation_id,
+            source_topic=rejected.source.topic,
+            source_offset=rejected.source.offset,
+            dry_run=self.config.dry_run or None,
+        )
+        return Outcome("dead_lettered", rejected)
+
+    def _refuse(self, work: Work, processed: VacuumCommitted | DelayEnvelope, refusal: Refusal) -> Outcome:
+        rejected = reject(
+            work.record,
+            refusal.code,
+            refusal.reason,
+            rejected_by=self.config.cleaner_id,
+            tenant=self.config.tenant,
+            event=processed,
+            now=self._clock.now,
+        )
+        return self._dead_letter(rejected)
+
+    def _delay(
+        self, processed: VacuumCommitted | DelayEnvelope, readiness: Readiness, locks: TableLockCheck
+    ) -> Outcome:
+        now = self._clock.now()
+        envelope = delay_envelope(
+            processed,
+            readiness,
+            now=now,
+            interval_ms=self.config.interval_ms,
+            max_wait_s=self.config.max_wait_s,
+            due=locks.due(now, self.config.interval_ms),
+        )
+        self._publish(self.config.topics.cleanup_delay, envelope)
+        self._metrics.requeues.inc()
+        self._metrics.events.labels("delayed").inc()
+        if readiness.check_error is not None:
+            self._metrics.check_errors.inc()
+        vacuum = envelope.vacuum
+        fields = dict(
+            outcome="delayed",
+            event_id=processed.event_id,
+            vacuum_id=vacuum.event_id,
+            table=vacuum.table,
+            partition=vacuum.partition,
+            attempt=envelope.attempt,
+            due_at=envelope.due_at.isoformat(),
+            locks_held=[entry.lock_id for entry in envelope.locks_held],
+            check_error=readiness.check_error,
+            dry_run=self.config.dry_run or None,
+        )
+        if envelope.stuck:
+            self._metrics.stuck_checks.inc()
+            with self._stuck_lock:
+                self._stuck[str(vacuum.event_id)] = time.time()
+            log(
+                LOGGER,
+                logging.WARNING,
+                f"vacuum waiting for {(now - vacuum.occurred_at).total_seconds():.0f} s, longer than the max wait "
+                f"{self.config.max_wait_s:g} s; still waiting for {readiness.describe_held() or 'the metastore'}",
+                stuck=True,
+                stuck_since=envelope.stuck_since,
+                holders=[
+                    {"lock_id": e.lock_id, "user": e.user, "host": e.host, "txn_id": e.txn_id}
+                    for e in envelope.locks_held
+                ],
+                **fields,
+            )
+        else:
+            log(LOGGER, logging.INFO, "not ready; delayed", **fields)
+        return Outcome("delayed", envelope)
+
+    def _done(
+        self, processed: VacuumCommitted | DelayEnvelope, removed: Sequence[RemovedDirectory], note: str | None
+    ) -> CleanupDone:
+        vacuum = vacuum_of(processed)
+        now = self._clock.now()
+        action = "cleanup-dry-run" if self.config.dry_run else "cleanup-done"
+        return CleanupDone(
+            event_id=derived_event_id(vacuum.event_id, action),
+            tenant=vacuum.tenant,
+            table=vacuum.table,
+            partition=vacuum.partition,
+            occurred_at=now,
+            causation_id=processed.event_id,
+            correlation_id=vacuum.event_id,
+            directories_removed=list(removed),
+            time_waited_ms=max(0, int((now - vacuum.occurred_at).total_seconds() * 1000)),
+            attempts=(processed.attempt if isinstance(processed, DelayEnvelope) else 0) + 1,
+            cleaner_id=self.config.cleaner_id,
+            dry_run=self.config.dry_run,
+            note=note,
+        )
+
+    # -- cleaning ----------------------------------------------------------------------------------
+
+    def _clean(
+        self, work: Work, processed: VacuumCommitted | DelayEnvelope, readiness: Readiness, locks: TableLockCheck
+    ) -> Outcome:
+        vacuum = vacuum_of(processed)
+        db, name = lock_scope(vacuum.table)
+        metastore = self._metastore()
+        try:
+            self._metrics.metastore_calls.labels("get_table").inc()
+            table = metastore.get_table(db, name, vacuum.partition)
+        except TableNotFoundError as error:
+            return self._table_gone(work, processed, error)
+        except MetastoreError as error:
+            return self._delay(
+                processed, not_checked(vacuum.lock_snapshot, (), f"metastore get_table failed: {error}"), locks
+            )
+        try:
+            storage = self._open_storage(table.location)
+            real = storage.fs.real_path(storage.path)
+        except StorageError as error:
+            return self._delay(processed, not_checked(vacuum.lock_snapshot, (), f"storage: {error}"), locks)
+        refusal = check_location(vacuum, table.location, table.location if real == storage.path else real, self._roots)
+        if refusal is not None:
+            return self._refuse(work, processed, refusal)
+        try:
+            self._metrics.metastore_calls.labels("valid_write_ids").inc()
+            ids = cleaner_ids(metastore.kind, metastore.valid_write_ids(db, name), vacuum.highest_write_id)
+        except MetastoreError as error:
+            return self._delay(
+                processed, not_checked(vacuum.lock_snapshot, (), f"metastore valid_write_ids failed: {error}"), locks
+            )
+        try:
+            children = storage.fs.list_dir(storage.path)
+        except StorageError as error:
+            if not _exists(storage.fs, storage.path):
+                done = self._done(processed, (), f"the location {table.location} no longer exists; nothing to remove")
+                return self._report_done(processed, done, "cleaned")
+            return self._delay(processed, not_checked(vacuum.lock_snapshot, (), f"storage: {error}"), locks)
+        plan = plan_cleanup(vacuum, children, ids)
+        if isinstance(plan, Refusal):
+            return self._refuse(work, processed, plan)
+        if isinstance(plan, NotYet):
+            return self._delay(processed, Readiness(False, readiness.locks_held, plan.reason), locks)
+        return self._delete_and_report(processed, storage, children, plan)
+
+    def _table_gone(self, work: Work, processed: VacuumCommitted | DelayEnvelope, error: TableNotFoundError) -> Outcome:
+        """The metastore does not know the table (or partition). If its directory is gone too, it was
+        dropped (Hive removes a managed table's data): report done. If the directory still exists,
+        the event names a table this metastore never had: refuse it and touch nothing."""
+        vacuum = vacuum_of(processed)
+        refusal = check_location(vacuum, vacuum.location, vacuum.location, self._roots)
+        if refusal is not None:
+            return self._refuse(work, processed, refusal)
+        try:
+            storage = self._open_storage(vacuum.location)
+            exists = _exists(storage.fs, storage.path)
+        except StorageError as storage_error:
+            return self._delay(
+                processed,
+                not_checked(vacuum.lock_snapshot, (), f"storage: {storage_error}"),
+                TableLockCheck(self, vacuum.table),
+            )
+        what = f"{vacuum.table}" + (f" partition {vacuum.partition}" if vacuum.partition else "")
+        if exists:
+            return self._refuse(
+                work,
+                processed,
+                Refusal(
+                    "unknown_table",
+                    f"the metastore has no {what} ({error}) but {vacuum.location} exists; refusing to touch a "
+                    "location no table owns",
+                ),
+            )
+        done = self._done(
+            processed,
+            (),
+            f"{what} was dropped (the metastore does not know it and its location is gone); nothing to remove",
+        )
+        return self._report_done(processed, done, "table_dropped")
+
+    def _delete_and_report(
+        self,
+        processed: VacuumCommitted | DelayEnvelope,
+        storage: StorageLocationLike,
+        children: Sequence[Entry],
+        plan: CleanupPlan,
+    ) -> Outcome:
+        vacuum = vacuum_of(processed)
+        if self.config.dry_run:
+            would_remove = [
+                RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
+                for name, size in ((name, self._size(storage, name)) for name in plan.delete)
+            ]
+            return self._report_done(processed, self._done(processed, would_remove, plan.note()), "dry_run")
+        self._crash_point("before-delete")
+        names = list(plan.delete)
+        removed: list[RemovedDirectory] = []
+        errors: list[str] = []
+        if self.config.crash_at == "mid-delete" and names:
+            removed.append(self._remove(storage, names.pop(0)))
+            self._crash_point("mid-delete")
+        results = (
+            self._delete_pool.map(self._try_remove, [storage] * len(names), names)
+            if self._delete_pool is not None and len(names) > 1
+            else map(self._try_remove, [storage] * len(names), names)
+        )
+        for result in results:
+            if isinstance(result, str):
+                errors.append(result)
+            else:
+                removed.append(result)
+        if errors:
+            log(
+                LOGGER,
+                logging.ERROR,
+                "some deletes failed; will check again",
+                event_id=processed.event_id,
+                vacuum_id=vacuum.event_id,
+                table=vacuum.table,
+                partition=vacuum.partition,
+                removed=[item.name for item in removed],
+                errors=errors,
+            )
+            self._count_removed(removed)
+            return self._delay(
+                processed,
+                Readiness(False, (), "delete failed: " + "; ".join(errors)),
+                TableLockCheck(self, vacuum.table),
+            )
+        self._crash_point("after-delete")
+        removed.sort(key=lambda item: item.name)
+        self._count_removed(removed)
+        outcome = self._report_done(processed, self._done(processed, removed, plan.note()), "cleaned")
+        self._crash_point("after-done")
+        return outcome
+
+    def _report_done(self, processed: VacuumCommitted | DelayEnvelope, done: CleanupDone, kind: OutcomeKind) -> Outcome:
+        self._publish(self.config.topics.cleanup_done, done)
+        self._metrics.events.labels(kind).inc()
+        self._metrics.wait_seconds.observe(done.time_waited_ms / 1000)
+        log(
+            LOGGER,
+            logging.INFO,
+            "cleaned" if kind != "dry_run" else "dry run: would remove",
+            outcome=kind,
+            event_id=processed.event_id,
+            vacuum_id=done.correlation_id,
+            table=done.table,
+            partition=done.partition,
+            attempt=done.attempts,
+            removed=[item.name for item in done.directories_removed],
+            bytes=done.bytes_freed,
+            waited_ms=done.time_waited_ms,
+            note=done.note,
+        )
+        return Outcome(kind, done, tuple(done.directories_removed))
+
+    def _count_removed(self, removed: Sequence[RemovedDirectory]) -> None:
+        self._metrics.deleted_directories.inc(len(removed))
+        self._metrics.deleted_files.inc(sum(item.file_count for item in removed))
+        self._metrics.deleted_bytes.inc(sum(item.bytes for item in removed))
+
+    def _size(self, storage: StorageLocationLike, name: str) -> TreeSize:
+        try:
+            return storage.fs.tree_size(storage.child(name))
+        except (OSError, AcidCleanError):
+            return TreeSize(0, 0)
+
+    def _remove(self, storage: StorageLocationLike, name: str) -> RemovedDirectory:
+        size = self._size(storage, name)
+        storage.fs.delete_dir(storage.child(name))
+        return RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
+
+    def _try_remove(self, storage: StorageLocationLike, name: str) -> RemovedDirectory | str:
+        try:
+            return self._remove(storage, name)
+        except (StorageError, OSError) as error:
+            return f"{name}: {error}"
+
+    def _crash_point(self, point: CrashPoint) -> None:
+        """Test hook (ACIDCLEAN_CRASH_AT): die here as abruptly as a power cut would."""
+        if self.config.crash_at == point:
+            log(LOGGER, logging.WARNING, f"crash hook: SIGKILL at {point}", crash_at=point)
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _exists(fs: FileSystem, path: str) -> bool:
+    try:
+        return fs.exists(path)
+    except OSError:
+        return True  # cannot tell: assume it exists, which never leads to reporting a drop

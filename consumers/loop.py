@@ -1,0 +1,530 @@
+"""The cleaner's consumer loop: two topics, delayed records, lanes per table, offsets after acks.
+
+One consumer reads the vacuum topic and the delay topic. A vacuum is due at once; a delay envelope is
+due at its ``x-due-at``. The loop never sleeps: it polls with a timeout set by the earliest paused
+head (never longer than half a second, far below ``max.poll.interval.ms``).
+
+Delay records. When a partition's next record is not yet due, only that partition is paused and
+seeked back to that record, so the consumer position never runs past a record that is not done. The
+records already fetched for it are held in memory (they are checked the moment they are due instead
+of after a re-fetch); after the resume the re-fetched copies are skipped by offset. Nothing is
+handed over before its due time.
+
+Lanes. Handed-over records are queued per table ("lane"); a lane runs on the worker pool as one group
+at a time, so several pending events of one table share one ``show_locks`` and one table is never
+cleaned by two threads at once, while other tables proceed in parallel.
+
+Offsets. Per partition, the committable offset is the lowest record not yet done (handed over, held,
+or running); it is committed only after the outcomes of every record below it were acknowledged.
+A record whose outcome could not be published rewinds its partition to the lowest unfinished offset
+(pause, seek, retry after one interval).
+
+Rebalances. Per-partition state has a generation. On revoke, records not yet started are abandoned,
+running ones finish, finished offsets are committed, and the state is dropped; on loss nothing is
+committed; on assign every partition is explicitly resumed (librdkafka may keep a pause across a
+revoke/assign) and starts a new generation, so late completions from an earlier ownership are
+ignored and no offset is ever committed for a partition this process does not own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from acidclean.consumers.cleaning import CleanupHandler, Outcome, Work
+from acidclean.consumers.logs import log
+from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.scheduling import due_time_problem, poll_timeout_s
+from acidclean.schemas.events import CleanupRejected, DelayEnvelope, VacuumCommitted
+from acidclean.shared.bus.codec import decode, due_at_ms, header_due_at_ms, reject
+from acidclean.shared.bus.records import RawRecord, raw_record
+
+LOGGER = logging.getLogger("acidclean.cleaner")
+Partition = tuple[str, int]
+
+
+class ConsumerLike(Protocol):
+    """The part of ``confluent_kafka.Consumer`` the loop uses (a fake implements it in unit tests)."""
+
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None: ...
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]: ...
+    def pause(self, partitions: list[TopicPartition]) -> None: ...
+    def resume(self, partitions: list[TopicPartition]) -> None: ...
+    def seek(self, partition: TopicPartition) -> None: ...
+    def commit(self, message: Any = None, offsets: Any = None, asynchronous: bool = True) -> Any: ...
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None: ...
+    def close(self) -> None: ...
+
+
+class MillisClock(Protocol):
+    def now_ms(self) -> int: ...
+
+
+class SystemMillisClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+@dataclass
+class PartitionState:
+    """What the loop knows about one assigned partition (changed only on the loop's thread)."""
+
+    generation: int
+    accepting: bool = True
+    seen_until: int | None = None  # every offset below was handed over, held or skipped
+    in_flight: set[int] = field(default_factory=set)
+    held: list[Work] = field(default_factory=list)  # fetched, not yet due, in offset order
+    paused_until_ms: int | None = None
+    committed: int | None = None
+
+    def committable(self) -> int | None:
+        """The next offset to read after a restart: below it, every record is done."""
+        if self.seen_until is None:
+            return None
+        floor = min(self.in_flight) if self.in_flight else self.seen_until
+        if self.held:
+            floor = min(floor, self.held[0].offset)
+        return floor
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    vacuum_topic: str
+    delay_topic: str
+    tenant: str
+    cleaner_id: str
+    interval_ms: int
+    batch_size: int = 500
+    revoke_timeout_s: float = 60.0
+    retry_backoff_ms: int | None = None
+
+
+@dataclass
+class _Lane:
+    queue: list[Work] = field(default_factory=list)
+    busy: bool = False
+
+
+@dataclass(frozen=True)
+class _Finished:
+    work: Work
+    outcome: Outcome | None  # None: abandoned (partition revoked or rewound before it started)
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class _LaneFree:
+    lane: str
+
+
+class CleanerLoop:
+    """Runs the cleaner over a consumer; :meth:`step` is one iteration, :meth:`run` loops until stopped."""
+
+    def __init__(
+        self,
+        consumer: ConsumerLike,
+        handler: CleanupHandler,
+        config: LoopConfig,
+        *,
+        executor: Executor,
+        metrics: CleanerMetrics,
+        clock: MillisClock | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.handler = handler
+        self.config = config
+        self._executor = executor
+        self._metrics = metrics
+        self._clock = clock or SystemMillisClock()
+        self._states: dict[Partition, PartitionState] = {}
+        self._lanes: dict[str, _Lane] = {}
+        self._finished: queue.Queue[_Finished | _LaneFree] = queue.Queue()
+        self._guard = threading.Lock()  # states' generation/accepting and the executing counts
+        self._executing: dict[tuple[Partition, int], int] = {}
+        self._generations = itertools.count(1)
+        self._pending: dict[str, tuple[float, float]] = {}  # vacuum id -> (committed at, last seen), for metrics
+        self._pending_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._tenant_prefix = f"{config.tenant}/".encode()
+        metrics.bind(
+            paused=self.paused_count,
+            oldest_pending=self.oldest_pending_s,
+            stuck=lambda: float(handler.stuck_count(max(60.0, 3 * config.interval_ms / 1000))),
+        )
+
+    # -- running -----------------------------------------------------------------------------------
+
+    def subscribe(self) -> None:
+        self.consumer.subscribe(
+            [self.config.vacuum_topic, self.config.delay_topic],
+            on_assign=self.on_assign,
+            on_revoke=self.on_revoke,
+            on_lost=self.on_lost,
+        )
+
+    def run(self) -> None:
+        """Loop until :meth:`stop`; then finish or abandon in-flight work, commit, leave the group."""
+        self.subscribe()
+        try:
+            while not self._stop.is_set():
+                self.step()
+        finally:
+            self.shutdown()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (safe from a signal handler or another thread)."""
+        self._stop.set()
+
+    def step(self) -> None:
+        now = self._clock.now_ms()
+        self._release_due(now)
+        self._dispatch_lanes()
+        timeout = poll_timeout_s(now, self._next_due_ms(), busy=self._busy())
+        messages = self.consumer.consume(self.config.batch_size, timeout)
+        now = self._clock.now_ms()
+        for message in messages or ():
+            self._route(message, now)
+        self._release_due(self._clock.now_ms())
+        self._drain_finished()
+        self._dispatch_lanes()
+        self._commit(asynchronous=True)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop fetching, let running work finish (abandon what has not started), commit, close."""
+        partitions = [TopicPartition(topic, number) for topic, number in self._states]
+        if partitions:
+            self.consumer.pause(partitions)
+        with self._guard:
+            for state in self._states.values():
+                state.accepting = False
+        self._wait_idle(list(self._states), timeout_s)
+        self._commit(asynchronous=False)
+        self.consumer.close()  # leaves the group; the revoke callback finds nothing left to do
+        log(LOGGER, logging.INFO, "cleaner stopped", cleaner_id=self.config.cleaner_id)
+
+    # -- routing -----------------------------------------------------------------------------------
+
+    def _route(self, message: Any, now: int) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log(LOGGER, logging.WARNING, f"consumer error: {error.str()}", code=error.name())
+            return
+        partition: Partition = (message.topic(), message.partition())
+        state = self._states.get(partition)
+        offset = message.offset()
+        if state is None or not state.accepting:
+            return  # fetched before a revoke: its next owner reads it from the committed offset
+        if state.seen_until is not None and offset < state.seen_until:
+            return  # a re-fetched copy of a record already handed over or held
+        state.seen_until = offset + 1
+        key = message.key()
+        if key is not None and not bytes(key if isinstance(key, bytes) else key.encode()).startswith(
+            self._tenant_prefix
+        ):
+            self._metrics.events.labels("skipped_other_tenant").inc()
+            return  # another tenant's record: that tenant's own consumer group handles it
+        work = self._work(raw_record(message), state.generation, now)
+        if state.held or state.paused_until_ms is not None:
+            state.held.append(work)
+            return
+        if work.due_ms > now:
+            self._hold(partition, state, work)
+            return
+        self._hand_over(partition, state, work, now)
+
+    def _work(self, record: RawRecord, generation: int, now: int) -> Work:
+        on_delay_topic = record.topic == self.config.delay_topic
+        expected = (DelayEnvelope,) if on_delay_topic else (VacuumCommitted,)
+        event = decode(record, rejected_by=self.config.cleaner_id, tenant=self.config.tenant, expected=expected)
+        if not isinstance(event, DelayEnvelope):
+            assert isinstance(event, VacuumCommitted | CleanupRejected)
+            return Work(record, event, generation, 0)
+        due = header_due_at_ms(record)
+        due = due if due is not None else due_at_ms(event.due_at)
+        problem = due_time_problem(due, now, self.config.interval_ms)
+        if problem is not None:
+            refused = reject(
+                record,
+                "invalid_due_time",
+                problem,
+                rejected_by=self.config.cleaner_id,
+                tenant=self.config.tenant,
+                event=event,
+            )
+            return Work(record, refused, generation, 0)
+        return Work(record, event, generation, due)
+
+    def _hold(self, partition: Partition, state: PartitionState, work: Work) -> None:
+        topic, number = partition
+        # Pause first, then seek: a seek immediately followed by a pause may be lost (librdkafka < 1.9).
+        self.consumer.pause([TopicPartition(topic, number)])
+        self.consumer.seek(TopicPartition(topic, number, work.offset))
+        state.held.append(work)
+        state.paused_until_ms = work.due_ms
+        self._note_pending(work)
+
+    def _hand_over(self, partition: Partition, state: PartitionState, work: Work, now: int) -> None:
+        state.in_flight.add(work.offset)
+        if work.due_ms:
+            self._metrics.lateness_seconds.observe(max(0, now - work.due_ms) / 1000)
+        self._note_pending(work)
+        self._lanes.setdefault(work.lane, _Lane()).queue.append(work)
+
+    def _release_due(self, now: int) -> None:
+        for partition, state in self._states.items():
+            if state.paused_until_ms is None or state.paused_until_ms > now or not state.accepting:
+                continue
+            while state.held and state.held[0].due_ms <= now:
+                self._hand_over(partition, state, state.held.pop(0), now)
+            if state.held:
+                state.paused_until_ms = state.held[0].due_ms
+            else:
+                state.paused_until_ms = None
+                self.consumer.resume([TopicPartition(*partition)])
+
+    def _next_due_ms(self) -> int | None:
+        dues = [state.paused_until_ms for state in self._states.values() if state.paused_until_ms is not None]
+        return min(dues) if dues else None
+
+    def _busy(self) -> bool:
+        return any(lane.busy or lane.queue for lane in self._lanes.values())
+
+    # -- lanes and workers -------------------------------------------------------------------------
+
+    def _dispatch_lanes(self) -> None:
+        for name in list(self._lanes):
+            lane = self._lanes[name]
+            if lane.busy:
+                continue
+            if not lane.queue:
+                del self._lanes[name]
+                continue
+            works, lane.queue, lane.busy = lane.queue, [], True
+            self._executor.submit(self._run_lane, name, works)
+
+    def _run_lane(self, name: str, works: Sequence[Work]) -> None:
+        """Worker thread: handle a lane's group in order, one show_locks for all of them."""
+        try:
+            locks = self.handler.lock_check(works[0])
+            for work in works:
+                if not self._begin(work):
+                    self._finished.put(_Finished(work, None))
+                    continue
+                try:
+                    outcome = self.handler.handle(work, locks)
+                    self._finished.put(_Finished(work, outcome))
+                except BaseException as error:  # reported to the loop, which rewinds the partition
+                    self._finished.put(_Finished(work, None, error))
+                finally:
+                    self._end(work)
+        finally:
+            self._finished.put(_LaneFree(name))
+
+    def _begin(self, work: Work) -> bool:
+        with self._guard:
+            state = self._states.get(work.partition)
+            if state is None or not state.accepting or state.generation != work.generation:
+                return False
+            key = (work.partition, work.generation)
+            self._executing[key] = self._executing.get(key, 0) + 1
+            return True
+
+    def _end(self, work: Work) -> None:
+        with self._guard:
+            key = (work.partition, work.generation)
+            left = self._executing.get(key, 1) - 1
+            if left:
+                self._executing[key] = left
+            else:
+                self._executing.pop(key, None)
+
+    def _drain_finished(self) -> None:
+        while True:
+            try:
+                item = self._finished.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _LaneFree):
+                lane = self._lanes.get(item.lane)
+                if lane is not None:
+                    lane.busy = False
+                continue
+            self._finish(item)
+
+    def _finish(self, item: _Finished) -> None:
+        work = item.work
+        state = self._states.get(work.partition)
+        current = state is not None and state.generation == work.generation
+        if item.error is not None:
+            log(
+                LOGGER,
+                logging.ERROR,
+                f"outcome not acknowledged, will retry: {type(item.error).__name__}: {item.error}",
+                topic=work.record.topic,
+                partition_number=work.record.partition,
+                offset=work.offset,
+                event_id=getattr(work.event, "event_id", None),
+            )
+            if current and state is not None and state.accepting:
+                self._rewind(work.partition, state)
+            return
+        if item.outcome is None or not current or state is None:
+            return
+        state.in_flight.discard(work.offset)
+        if item.outcome.kind in ("cleaned", "table_dropped", "dead_lettered", "dry_run") and not isinstance(
+            work.event, CleanupRejected
+        ):
+            with self._pending_lock:
+                self._pending.pop(str(work.event.correlation_id), None)
+
+    def _rewind(self, partition: Partition, state: PartitionState) -> None:
+        """Re-read a partition from its lowest unfinished offset after one interval."""
+        offset = state.committable()
+        topic, number = partition
+        with self._guard:
+            state.generation = next(self._generations)
+        state.in_flight.clear()
+        state.held.clear()
+        state.seen_until = offset
+        state.paused_until_ms = self._clock.now_ms() + (self.config.retry_backoff_ms or self.config.interval_ms)
+        self.consumer.pause([TopicPartition(topic, number)])
+        if offset is not None:
+            self.consumer.seek(TopicPartition(topic, number, offset))
+
+    # -- offsets -----------------------------------------------------------------------------------
+
+    def _commit(self, asynchronous: bool, only: Sequence[Partition] | None = None) -> None:
+        offsets = []
+        for partition in only if only is not None else list(self._states):
+            state = self._states.get(partition)
+            if state is None:
+                continue
+            committable = state.committable()
+            if committable is not None and (state.committed is None or committable > state.committed):
+                offsets.append(TopicPartition(partition[0], partition[1], committable))
+                state.committed = committable
+        if not offsets:
+            return
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=asynchronous)
+        except Exception as error:  # a failed commit only means the records will be processed again
+            self._metrics.commit_failures.inc()
+            for item in offsets:
+                state = self._states.get((item.topic, item.partition))
+                if state is not None:
+                    state.committed = None
+            log(LOGGER, logging.WARNING, f"offset commit failed (records will be processed again): {error}")
+
+    def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """Kafka's commit callback: forget what failed so the next loop commits it again."""
+        if error is None and not any(p.error for p in partitions):
+            return
+        self._metrics.commit_failures.inc()
+        for item in partitions:
+            state = self._states.get((item.topic, item.partition))
+            if state is not None and state.committed == item.offset:
+                state.committed = None
+        log(LOGGER, logging.WARNING, f"asynchronous offset commit failed: {error}")
+
+    # -- rebalance callbacks (run inside consume()) -------------------------------------------------
+
+    def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.consumer.incremental_assign(partitions)
+        # A partition paused under an earlier ownership may come back still paused: clear it.
+        self.consumer.resume([TopicPartition(p.topic, p.partition) for p in partitions])
+        with self._guard:
+            for item in partitions:
+                self._states[(item.topic, item.partition)] = PartitionState(generation=next(self._generations))
+        self._metrics.rebalances.labels("assigned").inc(len(partitions))
+        log(LOGGER, logging.INFO, "partitions assigned", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+
+    def on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        revoked = [(p.topic, p.partition) for p in partitions]
+        with self._guard:
+            for partition in revoked:
+                state = self._states.get(partition)
+                if state is not None:
+                    state.accepting = False
+        self._purge_lanes(set(revoked))
+        self._wait_idle(revoked, self.config.revoke_timeout_s)
+        self._commit(asynchronous=False, only=revoked)
+        self._forget(revoked)
+        self._metrics.rebalances.labels("revoked").inc(len(partitions))
+        log(LOGGER, logging.INFO, "partitions revoked", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+
+    def on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        lost = [(p.topic, p.partition) for p in partitions]
+        with self._guard:
+            for partition in lost:
+                state = self._states.get(partition)
+                if state is not None:
+                    state.accepting = False
+        self._purge_lanes(set(lost))
+        self._forget(lost)  # other members may own them already: commit nothing
+        self._metrics.rebalances.labels("lost").inc(len(partitions))
+        log(LOGGER, logging.WARNING, "partitions lost", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
+
+    def _purge_lanes(self, partitions: set[Partition]) -> None:
+        for lane in self._lanes.values():
+            lane.queue = [work for work in lane.queue if work.partition not in partitions]
+
+    def _forget(self, partitions: Sequence[Partition]) -> None:
+        with self._guard:
+            for partition in partitions:
+                self._states.pop(partition, None)
+
+    def _wait_idle(self, partitions: Sequence[Partition], timeout_s: float) -> None:
+        """Let work already running on ``partitions`` finish (its outcome then counts for the commit)."""
+        wanted = set(partitions)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._drain_finished()
+            with self._guard:
+                running = [key for key in self._executing if key[0] in wanted]
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                log(
+                    LOGGER,
+                    logging.WARNING,
+                    "gave up waiting for running work; it will be processed again",
+                    partitions=[f"{t}[{p}]" for (t, p), _ in running],
+                )
+                return
+            time.sleep(0.01)
+
+    # -- gauges ------------------------------------------------------------------------------------
+
+    def _note_pending(self, work: Work) -> None:
+        if isinstance(work.event, CleanupRejected):
+            return
+        vacuum = work.event.vacuum if isinstance(work.event, DelayEnvelope) else work.event
+        with self._pending_lock:
+            self._pending[str(vacuum.event_id)] = (vacuum.occurred_at.timestamp(), time.time())
+
+    def paused_count(self) -> float:
+        return float(sum(1 for state in list(self._states.values()) if state.paused_until_ms is not None))
+
+    def oldest_pending_s(self) -> float:
+        """Age of the oldest vacuum seen waiting recently (entries expire when another process owns it)."""
+        now = time.time()
+        horizon = now - max(60.0, 3 * self.config.interval_ms / 1000)
+        with self._pending_lock:
+            for key in [key for key, (_, seen) in self._pending.items() if seen < horizon]:
+                del self._pending[key]
+            oldest = min((committed for committed, _ in self._pending.values()), default=None)
+        return 0.0 if oldest is None else max(0.0, now - oldest)
+
+    @property
+    def states(self) -> dict[Partition, PartitionState]:
+        return self._states

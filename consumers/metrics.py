@@ -1,0 +1,92 @@
+"""The cleaner's Prometheus metrics, in a registry of its own (served on ``--metrics-port``).
+
+Alert on ``acidclean_cleaner_oldest_pending_seconds`` and ``acidclean_cleaner_stuck_events``, not on
+the consumer lag of the delay topic: that lag is naturally about one interval's worth of waiting
+vacuums and says nothing about health.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600)
+
+
+class CleanerMetrics:
+    """Every metric the cleaner exports. Gauges that are computed on demand take callables."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.events = Counter(
+            "acidclean_cleaner_events",
+            "Events handled, by outcome (cleaned, delayed, dead_lettered, "
+            "table_dropped, skipped_other_tenant, dry_run).",
+            ["outcome"],
+            registry=r,
+        )
+        self.requeues = Counter(
+            "acidclean_cleaner_requeues", "Delay envelopes published (locks still held).", registry=r
+        )
+        self.dead_letters = Counter(
+            "acidclean_cleaner_dead_letters",
+            "Events sent to the dead-letter topic, by reason code.",
+            ["reason"],
+            registry=r,
+        )
+        self.check_errors = Counter(
+            "acidclean_cleaner_check_errors",
+            "readyToClean checks that failed closed (metastore or storage).",
+            registry=r,
+        )
+        self.metastore_calls = Counter(
+            "acidclean_cleaner_metastore_calls", "Metastore calls made, by call.", ["call"], registry=r
+        )
+        self.wait_seconds = Histogram(
+            "acidclean_cleaner_wait_seconds",
+            "From the vacuum's commit to its cleanup.",
+            buckets=WAIT_BUCKETS,
+            registry=r,
+        )
+        self.lateness_seconds = Histogram(
+            "acidclean_cleaner_lateness_seconds",
+            "Re-check time minus due time of delayed events (never negative).",
+            buckets=LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.deleted_bytes = Counter("acidclean_cleaner_deleted_bytes", "Bytes deleted.", registry=r)
+        self.deleted_directories = Counter("acidclean_cleaner_deleted_directories", "Directories deleted.", registry=r)
+        self.deleted_files = Counter("acidclean_cleaner_deleted_files", "Files deleted.", registry=r)
+        self.stuck_checks = Counter(
+            "acidclean_cleaner_stuck_checks", "Checks of vacuums waiting longer than the max wait.", registry=r
+        )
+        self.commit_failures = Counter("acidclean_cleaner_commit_failures", "Offset commits that failed.", registry=r)
+        self.rebalances = Counter(
+            "acidclean_cleaner_rebalances", "Partitions assigned, revoked or lost.", ["kind"], registry=r
+        )
+        self.paused_partitions = Gauge(
+            "acidclean_cleaner_paused_partitions", "Delay-topic partitions paused until their head is due.", registry=r
+        )
+        self.oldest_pending_seconds = Gauge(
+            "acidclean_cleaner_oldest_pending_seconds",
+            "Age of the oldest vacuum this process is waiting on.",
+            registry=r,
+        )
+        self.stuck_events = Gauge(
+            "acidclean_cleaner_stuck_events", "Vacuums waiting longer than the max wait, seen recently.", registry=r
+        )
+
+    def bind(
+        self, *, paused: Callable[[], float], oldest_pending: Callable[[], float], stuck: Callable[[], float]
+    ) -> None:
+        """Compute the on-demand gauges from the running cleaner's state at scrape time."""
+        self.paused_partitions.set_function(paused)
+        self.oldest_pending_seconds.set_function(oldest_pending)
+        self.stuck_events.set_function(stuck)
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` on ``port`` from a daemon thread."""
+        start_http_server(port, addr=address, registry=self.registry)

@@ -1,0 +1,57 @@
+"""readyToClean: has every reader that held a lock when the vacuum committed finished?
+
+A vacuum's event carries the locks the metastore listed right after the new directory was committed
+(the lock snapshot). Readers lock before they list (DESIGN.md section 7, rule 2), so a reader that is
+not in the snapshot listed after the rename and reads the new directory: only snapshot locks matter,
+and a reader that locked after the vacuum never delays the cleanup. A snapshot lock counts as held
+as long as ``show_locks`` lists its id, in any state (ACQUIRED, WAITING...). Lock ids are global in a
+metastore and never reused, so matching on the id alone is exact.
+
+The lock list is asked for at table level, never filtered by partition: the metastore's partition
+filter leaves out table-level locks (``hl_partition = ?`` excludes NULL), so a reader holding a
+table-level SHARED_READ lock would look released to a partition-filtered check. One table-level call
+also serves every pending event of that table and its partitions.
+
+Pure: the caller does the metastore call; a failed call is :func:`not_checked` (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.shared.metastore import LockInfo, split_table_name
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The answer of one readyToClean check."""
+
+    ready: bool
+    locks_held: tuple[LockSnapshotEntry, ...]
+    check_error: str | None = None
+
+    def describe_held(self) -> str:
+        """``lock 12 (SHARED_READ, txn 7) by alice@host-1; ...`` for logs."""
+        return "; ".join(entry.describe() for entry in self.locks_held)
+
+
+def ready_to_clean(snapshot: Sequence[LockSnapshotEntry], current_locks: Iterable[LockInfo]) -> Readiness:
+    """Ready when no lock of ``snapshot`` is among ``current_locks`` (the table's show_locks)."""
+    listed = {lock.lock_id for lock in current_locks}
+    held = tuple(entry for entry in snapshot if entry.lock_id in listed)
+    return Readiness(ready=not held, locks_held=held)
+
+
+def not_checked(
+    snapshot: Sequence[LockSnapshotEntry], last_known_held: Sequence[LockSnapshotEntry] | None, error: str
+) -> Readiness:
+    """The metastore could not be asked: not ready (fail closed), locks as last known."""
+    held = tuple(last_known_held) if last_known_held is not None else tuple(snapshot)
+    return Readiness(ready=False, locks_held=held, check_error=error[:4096])
+
+
+def lock_scope(table: str) -> tuple[str, str]:
+    """The (database, table) whose locks a check lists, lower case as the metastore stores them."""
+    return split_table_name(table)

@@ -1,0 +1,363 @@
+"""What the cleaner may delete: DESIGN.md section 7, rules 3 and 4, as pure checks.
+
+Rule 3: only directories that Hive's rules call obsolete *at clean time*, computed from the current
+listing with a cleaner id list capped at the vacuum's highest write id, are deleted; never the new
+directory, a newer delta, or an open transaction's delta. The event's ``obsolete_directories`` is a
+claim to check, not an order: a claimed directory that is still listed but not obsolete sends the
+event to the dead-letter topic.
+
+Rule 4: every deleted path is a direct child of the table or partition location the *metastore*
+gives (the event's location must be the same), matches the ACID directory grammar, is not a symbolic
+link, and the location lies under the tenant's allowed roots (and not under another tenant's, when
+roots nest). ``..`` anywhere is refused outright.
+
+Nothing here performs I/O: callers pass listings, id lists and resolved paths, and get back a
+:class:`CleanupPlan`, a :class:`Refusal` (dead letter, nothing deleted) or a :class:`NotYet` (wait).
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from acidclean.schemas.events import RejectionCode, VacuumCommitted
+from acidclean.shared.acid.names import BASE_PREFIX, parse_directory_name
+from acidclean.shared.acid.state import ListedFile, Listing, acid_state
+from acidclean.shared.acid.write_ids import (
+    RangeResponse,
+    ValidCleanerWriteIdList,
+    ValidIdList,
+    ValidTxnList,
+    ValidWriteIdList,
+)
+from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError
+from acidclean.shared.filesystem import Entry
+from acidclean.shared.metastore import MetastoreKind
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The event must not be acted on: it goes to the dead-letter topic with this reason."""
+
+    code: RejectionCode
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotYet:
+    """Cleaning now could remove something a live transaction may need: check again later."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class KeptDirectory:
+    """A child the rules call obsolete that the cleaner leaves alone, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CleanupPlan:
+    """The children to delete (names, sorted) and the obsolete ones deliberately kept."""
+
+    delete: tuple[str, ...]
+    kept: tuple[KeptDirectory, ...] = ()
+
+    def note(self) -> str | None:
+        if not self.kept:
+            return None
+        return "; ".join(f"kept {item.name}: {item.reason}" for item in self.kept)[:4096]
+
+
+# -- locations and roots --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoragePath:
+    """A location as scheme, authority and a normalised absolute path, comparable across spellings
+    (``file:/w/t``, ``file:///w/t`` and ``/w/t`` are the same; ``s3a://`` is ``s3://``)."""
+
+    scheme: str
+    authority: str
+    path: str
+
+    def is_under(self, root: StoragePath) -> bool:
+        """Strictly below ``root`` (a location equal to a root is not inside it)."""
+        if (self.scheme, self.authority) != (root.scheme, root.authority) or self.path == root.path:
+            return False
+        return root.path == "/" or self.path.startswith(root.path + "/")
+
+    def __str__(self) -> str:
+        if self.scheme == "file" and not self.authority:
+            return self.path
+        return f"{self.scheme}://{self.authority}{self.path}"
+
+
+class UnsafeLocation(ValueError):
+    """A location string that is not an absolute, ``..``-free path."""
+
+
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "": "file"}
+
+
+def storage_path(uri: str) -> StoragePath:
+    """Parse a location; raises :class:`UnsafeLocation` for ``..``, a relative path or a NUL byte."""
+    if "\x00" in uri or not uri.strip():
+        raise UnsafeLocation(f"location {uri!r} is empty or holds a NUL byte")
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    scheme = _SCHEME_ALIASES.get(scheme, scheme)
+    authority = parsed.netloc.lower()
+    if scheme == "file" and authority == "localhost":
+        authority = ""
+    raw_path = parsed.path
+    if ".." in raw_path.split("/"):
+        raise UnsafeLocation(f"location {uri!r} contains '..'")
+    if not raw_path.startswith("/"):
+        raise UnsafeLocation(f"location {uri!r} is not an absolute path")
+    return StoragePath(scheme, authority, posixpath.normpath(raw_path).replace("//", "/"))
+
+
+@dataclass(frozen=True)
+class TenantRoots:
+    """Every tenant's allowed roots, as declared and with symbolic links resolved."""
+
+    tenant: str
+    declared: Mapping[str, tuple[StoragePath, ...]]
+    resolved: Mapping[str, tuple[StoragePath, ...]]
+
+    @classmethod
+    def build(
+        cls, tenant: str, allowed_roots: Mapping[str, Sequence[str]], real_path: Callable[[str], str] = lambda p: p
+    ) -> TenantRoots:
+        """``real_path`` resolves a local root's symbolic links (identity elsewhere)."""
+        declared: dict[str, tuple[StoragePath, ...]] = {}
+        resolved: dict[str, tuple[StoragePath, ...]] = {}
+        for name, roots in allowed_roots.items():
+            paths = tuple(storage_path(root) for root in roots)
+            declared[name] = paths
+            resolved[name] = tuple(storage_path(real_path(p.path)) if p.scheme == "file" else p for p in paths)
+        return cls(tenant, declared, resolved)
+
+    def own(self) -> tuple[StoragePath, ...]:
+        return self.declared.get(self.tenant, ())
+
+    def check(self, location: StoragePath, real_location: StoragePath) -> Refusal | None:
+        """Refuse a location outside this tenant's roots, or inside another tenant's narrower root,
+        as written and with symbolic links resolved."""
+        for roots, where, shown in ((self.declared, location, ""), (self.resolved, real_location, " (links resolved)")):
+            refusal = self._check(roots, where, shown)
+            if refusal is not None:
+                return refusal
+        return None
+
+    def _check(self, roots: Mapping[str, tuple[StoragePath, ...]], where: StoragePath, shown: str) -> Refusal | None:
+        best_own = _deepest(roots.get(self.tenant, ()), where)
+        for other, other_roots in roots.items():
+            if other == self.tenant:
+                continue
+            best_other = _deepest(other_roots, where)
+            if best_other is not None and (best_own is None or len(best_other.path) > len(best_own.path)):
+                return Refusal(
+                    "other_tenant",
+                    f"location {where}{shown} lies under {best_other}, an allowed root of tenant {other!r}, "
+                    f"not of tenant {self.tenant!r}; nothing deleted",
+                )
+        if best_own is None:
+            allowed = ", ".join(str(root) for root in roots.get(self.tenant, ())) or "none configured"
+            return Refusal(
+                "unsafe_path",
+                f"location {where}{shown} is not under an allowed root of tenant {self.tenant!r} "
+                f"({allowed}); nothing deleted",
+            )
+        return None
+
+
+def _deepest(roots: Sequence[StoragePath], where: StoragePath) -> StoragePath | None:
+    containing = [root for root in roots if where.is_under(root)]
+    return max(containing, key=lambda root: len(root.path)) if containing else None
+
+
+# -- the event's claims -----------------------------------------------------------------------------
+
+
+def _plain_name_problem(name: str) -> str | None:
+    if "/" in name or "\\" in name or "\x00" in name or name in (".", "..") or ".." in name:
+        return f"{name!r} is not a plain directory name (a path separator or '..')"
+    return None
+
+
+def check_claims(vacuum: VacuumCommitted) -> Refusal | None:
+    """Static checks of the names an event carries, before anything is listed or asked."""
+    new = set(vacuum.new_directories)
+    for name in [*vacuum.new_directories, *vacuum.obsolete_directories]:
+        problem = _plain_name_problem(name)
+        if problem is not None:
+            return Refusal("unsafe_path", f"{problem}: it is not a direct child of {vacuum.location}")
+        try:
+            parsed = parse_directory_name(name)
+        except AcidLayoutError as error:
+            return Refusal("unsafe_path", f"{name!r} does not match the ACID directory grammar: {error}")
+        if parsed is None:
+            return Refusal(
+                "unsafe_path", f"{name!r} does not match the ACID directory grammar (base_, delta_, delete_delta_)"
+            )
+        if name in new and parsed.max_write_id > vacuum.highest_write_id:
+            return Refusal(
+                "invalid_event",
+                f"new directory {name} holds ids above the vacuum's highest write id {vacuum.highest_write_id}",
+            )
+        if name not in new and parsed.max_write_id > vacuum.highest_write_id:
+            return Refusal(
+                "not_obsolete",
+                f"{name} is claimed obsolete but holds ids above the vacuum's highest write id "
+                f"{vacuum.highest_write_id}",
+            )
+    both = sorted(new.intersection(vacuum.obsolete_directories))
+    if both:
+        return Refusal("not_obsolete", f"{', '.join(both)} is both the vacuum's new directory and claimed obsolete")
+    return None
+
+
+def check_location(
+    vacuum: VacuumCommitted, table_location: str, real_table_location: str, roots: TenantRoots
+) -> Refusal | None:
+    """The event's location must be the metastore's, and under the tenant's allowed roots."""
+    try:
+        claimed = storage_path(vacuum.location)
+        actual = storage_path(table_location)
+        real = storage_path(real_table_location)
+    except UnsafeLocation as error:
+        return Refusal("unsafe_path", f"{error}; nothing deleted")
+    if claimed != actual:
+        return Refusal(
+            "unsafe_path",
+            f"the event's location {vacuum.location} is not the metastore's location {table_location} of "
+            f"{vacuum.table}{'/' + vacuum.partition if vacuum.partition else ''}; nothing deleted",
+        )
+    return roots.check(actual, real)
+
+
+# -- the cleaner id list ----------------------------------------------------------------------------
+
+
+class CleanerTxnList(ValidTxnList):
+    """Hive 2's transaction list with the cleaner's range rule (HIVE-27526): a range reaching above
+    the watermark is NONE, so nothing newer than the vacuum counts, and nothing above it is aborted."""
+
+    def is_write_id_range_valid(self, min_write_id: int, max_write_id: int) -> RangeResponse:
+        if max_write_id > self.high_watermark:
+            return RangeResponse.NONE
+        return super().is_write_id_range_valid(min_write_id, max_write_id)
+
+    def is_write_id_aborted(self, write_id: int) -> bool:
+        return write_id <= self.high_watermark and super().is_write_id_aborted(write_id)
+
+
+@dataclass(frozen=True)
+class CleanerIds:
+    """The id list a clean uses, and any id at or below the cap that is still open."""
+
+    valid_ids: ValidIdList
+    open_at_or_below_cap: tuple[int, ...]
+
+
+def cleaner_ids(kind: MetastoreKind, valid_ids_text: str, highest_write_id: int) -> CleanerIds:
+    """The metastore's current id list (``db.t:hwm:minOpen:open:aborted``) capped at the vacuum's
+    highest write id: open and aborted ids above the cap are dropped (everything above is invisible
+    anyway). On a Hive 2 metastore the ids are transaction ids and Hive 2's base rules apply."""
+    current = ValidWriteIdList.from_string(valid_ids_text)
+    cap = min(current.high_watermark, highest_write_id)
+    open_ids = tuple(i for i in current.open_ids if i <= cap)
+    aborted = tuple(i for i in current.aborted_ids if i <= cap)
+    min_open = open_ids[0] if open_ids else None
+    valid: ValidIdList
+    if kind is MetastoreKind.HIVE2:
+        valid = CleanerTxnList(cap, open_ids, aborted, min_open)
+    else:
+        valid = ValidCleanerWriteIdList(cap, open_ids, aborted, min_open, current.table_name)
+    return CleanerIds(valid, open_ids)
+
+
+# -- the plan -------------------------------------------------------------------------------------
+
+
+def plan_cleanup(vacuum: VacuumCommitted, children: Sequence[Entry], ids: CleanerIds) -> CleanupPlan | Refusal | NotYet:
+    """What to delete among ``children`` (the location's direct children, listed now).
+
+    Obsolete is decided by Hive's rules over the current listing; the result is then checked name by
+    name. Any violation refuses the whole event, so nothing at all is deleted for it.
+    """
+    if ids.open_at_or_below_cap:
+        open_text = ", ".join(str(i) for i in ids.open_at_or_below_cap[:10])
+        return NotYet(
+            f"transaction or write id(s) {open_text} at or below the vacuum's highest write id "
+            f"{vacuum.highest_write_id} are still open; their directories must not be touched"
+        )
+    by_name = {entry.name: entry for entry in children}
+    listing = Listing(
+        files=tuple(ListedFile(entry.name, entry.size) for entry in children if not entry.is_dir),
+        directories=tuple(entry.name for entry in children if entry.is_dir),
+        # The vacuum wrote its base as a compactor does, whatever marker files it left.
+        data_formats={name: "compacted" for name in vacuum.new_directories if name.startswith(BASE_PREFIX)},
+        location=vacuum.location,
+    )
+    try:
+        state = acid_state(listing, ids.valid_ids)
+    except NotEnoughHistoryError as error:
+        return NotYet(f"no base is usable for the cleaner's snapshot: {error}")
+    except AcidLayoutError as error:
+        return Refusal("other", f"the table directory does not follow Hive's ACID layout: {error}; nothing deleted")
+    obsolete = set(state.obsolete)
+    new = set(vacuum.new_directories)
+
+    for claim in vacuum.obsolete_directories:
+        if claim in by_name and claim not in obsolete and claim not in state.aborted:
+            current = ", ".join(state.current_directories) or "none"
+            return Refusal(
+                "not_obsolete",
+                f"{claim} is claimed obsolete but Hive's rules at highest write id {vacuum.highest_write_id} "
+                f"do not call it obsolete (current directories: {current}); nothing deleted",
+            )
+
+    delete: list[str] = []
+    kept: list[KeptDirectory] = []
+    for name in sorted(obsolete):
+        entry = by_name.get(name)
+        try:
+            parsed = parse_directory_name(name)
+        except AcidLayoutError:
+            parsed = None
+        if entry is None or not entry.is_dir or parsed is None:
+            kept.append(KeptDirectory(name, "not an ACID directory (an original file or directory); left alone"))
+            continue
+        if name in new:
+            kept.append(
+                KeptDirectory(
+                    name, "it is this vacuum's new directory (a later vacuum covers it; its cleanup removes it)"
+                )
+            )
+            continue
+        problem = _plain_name_problem(name)
+        if problem is not None:
+            return Refusal("unsafe_path", f"{problem}; nothing deleted")
+        if parsed.max_write_id > vacuum.highest_write_id:
+            return Refusal(
+                "not_obsolete",
+                f"{name} holds ids above the vacuum's highest write id {vacuum.highest_write_id}; nothing deleted",
+            )
+        if entry.is_symlink:
+            return Refusal(
+                "unsafe_path",
+                f"{name} under {vacuum.location} is a symbolic link; the cleaner never deletes through links "
+                "(it could lead out of the table); nothing deleted",
+            )
+        delete.append(name)
+    for name in sorted(state.aborted):
+        if name in vacuum.obsolete_directories:
+            kept.append(KeptDirectory(name, "claimed obsolete, but it is an aborted transaction's directory"))
+    return CleanupPlan(tuple(delete), tuple(kept))

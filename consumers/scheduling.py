@@ -1,0 +1,110 @@
+"""When a waiting vacuum is checked again, and what the delay envelope that carries it says.
+
+A vacuum whose snapshot locks are still held goes to the delay topic in a :class:`DelayEnvelope`
+due one cleanup interval after the check. The due time is computed once, here, and travels in the
+envelope (and its ``x-due-at`` header): a crash, restart or rebalance re-reads it and never pushes it
+later. Every envelope of the delay topic carries the same delay, so per partition due times come in
+offset order and only a partition's head needs watching.
+
+Pure functions of the clock value they are given.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from acidclean.consumers.readiness import Readiness
+from acidclean.schemas.common import derived_event_id
+from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
+
+# A due time further ahead than this is not one acidclean wrote (its delays are one interval); such
+# an envelope is dead-lettered rather than "processed now" or parked for ever.
+MAX_DUE_AHEAD_MS = 24 * 3600 * 1000
+# The poll loop never blocks longer than this, far below max.poll.interval.ms (300 s by default), so
+# a paused partition never costs the process its group membership.
+IDLE_POLL_CAP_S = 0.5
+# While work is in flight the loop polls in short slices to commit finished offsets promptly.
+BUSY_POLL_CAP_S = 0.02
+
+
+def checks_made(processed: VacuumCommitted | DelayEnvelope) -> int:
+    """readyToClean checks made before this one (0 for a fresh vacuum)."""
+    return processed.attempt if isinstance(processed, DelayEnvelope) else 0
+
+
+def vacuum_of(processed: VacuumCommitted | DelayEnvelope) -> VacuumCommitted:
+    return processed.vacuum if isinstance(processed, DelayEnvelope) else processed
+
+
+def next_due(now: datetime, interval_ms: int) -> datetime:
+    """The due time of an envelope written at ``now``: one cleanup interval later."""
+    return now + timedelta(milliseconds=interval_ms)
+
+
+def is_stuck(vacuum: VacuumCommitted, now: datetime, max_wait_s: float) -> bool:
+    """Waited longer than ``max_wait_s`` since the vacuum committed."""
+    return (now - vacuum.occurred_at).total_seconds() >= max_wait_s
+
+
+def delay_envelope(
+    processed: VacuumCommitted | DelayEnvelope,
+    readiness: Readiness,
+    *,
+    now: datetime,
+    interval_ms: int,
+    max_wait_s: float,
+    due: datetime | None = None,
+) -> DelayEnvelope:
+    """The envelope that parks ``processed`` until one interval from ``now``.
+
+    Its id is derived from the processed event's id, so a cleaner that crashed after publishing it
+    and runs the same check again publishes the same id (readers drop the duplicate). ``due`` lets a
+    caller give several envelopes of one table the same due time, so they are checked together.
+    """
+    vacuum = vacuum_of(processed)
+    previous = processed if isinstance(processed, DelayEnvelope) else None
+    stuck = is_stuck(vacuum, now, max_wait_s)
+    stuck_since = None
+    if stuck:
+        stuck_since = previous.stuck_since if previous is not None and previous.stuck_since is not None else now
+    return DelayEnvelope(
+        event_id=derived_event_id(processed.event_id, "delay"),
+        tenant=vacuum.tenant,
+        table=vacuum.table,
+        partition=vacuum.partition,
+        occurred_at=now,
+        causation_id=processed.event_id,
+        correlation_id=vacuum.event_id,
+        vacuum=vacuum,
+        attempt=checks_made(processed) + 1,
+        due_at=due if due is not None else next_due(now, interval_ms),
+        locks_held=list(readiness.locks_held),
+        check_error=readiness.check_error,
+        stuck=stuck,
+        stuck_since=stuck_since,
+    )
+
+
+def due_time_problem(due_ms: int, now_ms: int, interval_ms: int) -> str | None:
+    """Why a delay record's due time cannot be honoured, or None when it is plausible."""
+    limit = max(MAX_DUE_AHEAD_MS, 10 * interval_ms)
+    if due_ms < 0:
+        return f"x-due-at {due_ms} is negative"
+    if due_ms - now_ms > limit:
+        return (
+            f"x-due-at is {(due_ms - now_ms) / 1000:.0f} s ahead, more than the {limit / 1000:.0f} s any "
+            "acidclean cleaner writes; refusing to park the partition behind it"
+        )
+    return None
+
+
+def poll_timeout_s(now_ms: int, next_due_ms: int | None, *, busy: bool) -> float:
+    """How long the next poll may block: until the earliest paused head is due, capped.
+
+    Never negative, never longer than :data:`IDLE_POLL_CAP_S` (so max.poll.interval.ms is never at
+    risk), and short while work is in flight so finished offsets are committed promptly.
+    """
+    cap = BUSY_POLL_CAP_S if busy else IDLE_POLL_CAP_S
+    if next_due_ms is None:
+        return cap
+    return max(0.0, min(cap, (next_due_ms - now_ms) / 1000))

@@ -1,0 +1,442 @@
+"""In-memory fakes of the cleaner's protocols: metastore, file system, consumer, clock, executor."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from confluent_kafka import TopicPartition
+
+from acidclean.consumers.cleaning import (
+    CleanerTopics,
+    CleanupHandler,
+    HandlerConfig,
+    Outcome,
+    TableLockCheck,
+    Work,
+)
+from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.safety import TenantRoots
+from acidclean.schemas.common import EventBase, LockSnapshotEntry
+from acidclean.schemas.events import Event, VacuumCommitted
+from acidclean.shared.bus.codec import decode, encode
+from acidclean.shared.bus.memory import InMemoryBus
+from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.errors import MetastoreError, TableNotFoundError
+from acidclean.shared.filesystem import Entry, StorageError, TreeSize
+from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
+
+LONG_MAX = 9223372036854775807
+T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=timezone.utc)
+TOPICS = CleanerTopics("acid.vacuum.committed", "acid.cleanup.delay", "acid.cleanup.done", "acid.cleanup.dead-letter")
+
+
+class FakeClock:
+    """A clock tests move by hand; both the datetime and the epoch-millisecond views."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.current = start
+
+    def now(self) -> datetime:
+        return self.current
+
+    def now_ms(self) -> int:
+        return int(self.current.timestamp() * 1000)
+
+    def advance(self, seconds: float) -> None:
+        self.current += timedelta(seconds=seconds)
+
+
+# -- storage ------------------------------------------------------------------------------------------
+
+
+class FakeFileSystem:
+    """Directories, files (with sizes) and symbolic links as sets of absolute paths."""
+
+    def __init__(self) -> None:
+        self.dirs: set[str] = {"/"}
+        self.files: dict[str, int] = {}
+        self.links: dict[str, str] = {}  # link path -> target
+        self.deleted: list[str] = []
+        self.fail_delete: set[str] = set()
+        self.listings = 0
+
+    def add_dir(self, path: str, files: dict[str, int] | None = None) -> None:
+        parts = path.strip("/").split("/")
+        for index in range(1, len(parts) + 1):
+            self.dirs.add("/" + "/".join(parts[:index]))
+        for name, size in (files or {}).items():
+            self.files[f"{path}/{name}"] = size
+
+    def add_acid_dirs(self, location: str, names: Iterable[str], bucket_bytes: int = 100) -> None:
+        for name in names:
+            self.add_dir(f"{location}/{name}", {"bucket_00000": bucket_bytes, "_orc_acid_version": 1})
+
+    def children(self, path: str) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        names = {p[len(prefix):].split("/")[0] for p in (*self.dirs, *self.files, *self.links) if p.startswith(prefix)}
+        return sorted(names)
+
+    def list_dir(self, path: str) -> list[Entry]:
+        self.listings += 1
+        if path not in self.dirs:
+            raise StorageError(f"directory {path} does not exist")
+        entries = []
+        for name in self.children(path):
+            full = f"{path.rstrip('/')}/{name}"
+            if full in self.links:
+                entries.append(Entry(name, True, 0, True))
+            elif full in self.dirs:
+                entries.append(Entry(name, True, 0))
+            else:
+                entries.append(Entry(name, False, self.files[full]))
+        return entries
+
+    def exists(self, path: str) -> bool:
+        return path in self.dirs or path in self.files or path in self.links
+
+    def tree_size(self, path: str) -> TreeSize:
+        target = self.links.get(path, path)
+        files = {p: s for p, s in self.files.items() if p.startswith(target.rstrip("/") + "/")}
+        return TreeSize(len(files), sum(files.values()))
+
+    def delete_dir(self, path: str) -> None:
+        if path in self.fail_delete:
+            raise StorageError(f"cannot delete {path}: permission denied")
+        self.deleted.append(path)
+        target = self.links.get(path, path)  # a real delete through a link would empty the target
+        prefix = target.rstrip("/") + "/"
+        self.dirs = {d for d in self.dirs if d != target and not d.startswith(prefix)}
+        self.files = {f: s for f, s in self.files.items() if not f.startswith(prefix)}
+        self.links.pop(path, None)
+
+    def rename(self, source: str, target: str) -> None:
+        raise NotImplementedError
+
+    def make_dirs(self, path: str) -> None:
+        self.add_dir(path)
+
+    def real_path(self, path: str) -> str:
+        for link, target in self.links.items():
+            if path == link or path.startswith(link + "/"):
+                return target + path[len(link):]
+        return path
+
+
+@dataclass
+class FakeLocation:
+    fs: FakeFileSystem
+    path: str
+
+    def child(self, name: str) -> str:
+        return f"{self.path.rstrip('/')}/{name}"
+
+
+def opener(fs: FakeFileSystem) -> Callable[[str], FakeLocation]:
+    def open_storage(uri: str) -> FakeLocation:
+        path = uri.removeprefix("file://").removeprefix("file:")
+        return FakeLocation(fs, path)
+
+    return open_storage
+
+
+# -- metastore ----------------------------------------------------------------------------------------
+
+
+class FakeMetastore:
+    """Tables with locations, a lock list and a valid id list; ``down`` makes every call fail."""
+
+    def __init__(self, kind: MetastoreKind = MetastoreKind.HIVE2) -> None:
+        self._kind = kind
+        self.tables: dict[tuple[str, str, str | None], str] = {}
+        self.locks: list[LockInfo] = []
+        self.high_watermark = 100
+        self.open_ids: list[int] = []
+        self.aborted_ids: list[int] = []
+        self.down = False
+        self.calls: Counter[str] = Counter()
+
+    @property
+    def kind(self) -> MetastoreKind:
+        return self._kind
+
+    def add_table(self, table: str, location: str, partition: str | None = None) -> None:
+        db, name = table.split(".")
+        self.tables[(db, name, partition)] = location
+
+    def take_lock(self, lock_id: int, table: str, partition: str | None = None, state: str = "ACQUIRED") -> LockInfo:
+        db, name = table.split(".")
+        info = LockInfo(lock_id, 3, db, name, partition, "SHARED_READ", state, "alice", "reader-1", 1, 1)
+        self.locks.append(info)
+        return info
+
+    def release(self, lock_id: int) -> None:
+        self.locks = [lock for lock in self.locks if lock.lock_id != lock_id]
+
+    def _call(self, name: str) -> None:
+        self.calls[name] += 1
+        if self.down:
+            raise MetastoreError(f"cannot reach the Hive Metastore ({name})")
+
+    def get_table(self, db: str, table: str, partition: str | None = None) -> TableInfo:
+        self._call("get_table")
+        location = self.tables.get((db, table, partition))
+        if location is None:
+            raise TableNotFoundError(f"get_table({db}.{table}): not found")
+        return TableInfo(db, table, location, {"transactional": "true"}, (), (), 1, (), partition)
+
+    def valid_write_ids(self, db: str, table: str) -> str:
+        self._call("valid_write_ids")
+        min_open = min(self.open_ids) if self.open_ids else LONG_MAX
+        return (
+            f"{db}.{table}:{self.high_watermark}:{min_open}:{','.join(map(str, self.open_ids))}:"
+            f"{','.join(map(str, self.aborted_ids))}"
+        )
+
+    def show_locks(self, db: str | None = None, table: str | None = None, partition: str | None = None) -> list[LockInfo]:
+        self._call("show_locks")
+        return [
+            lock for lock in self.locks
+            if (db is None or lock.db == db) and (table is None or lock.table == table)
+            and (partition is None or lock.partition == partition)
+        ]
+
+
+# -- the handler rig ----------------------------------------------------------------------------------
+
+
+def record_of(event: EventBase, topic: str = TOPICS.vacuum_committed, partition: int = 0, offset: int = 0) -> RawRecord:
+    out = encode(event)
+    return RawRecord(topic, partition, offset, out.key, out.value, tuple(out.headers))
+
+
+@dataclass
+class Rig:
+    """A handler over fakes, with the bus, file system and metastore exposed to the test."""
+
+    fs: FakeFileSystem = field(default_factory=FakeFileSystem)
+    metastore: FakeMetastore = field(default_factory=FakeMetastore)
+    bus: InMemoryBus = field(default_factory=InMemoryBus)
+    clock: FakeClock = field(default_factory=FakeClock)
+    metrics: CleanerMetrics = field(default_factory=CleanerMetrics)
+    tenant: str = "acme"
+    roots: dict[str, list[str]] = field(
+        default_factory=lambda: {"acme": ["/warehouse"], "globex": ["/warehouse/globex", "/globex"]}
+    )
+    dry_run: bool = False
+    interval_ms: int = 2000
+    max_wait_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        self.handler = CleanupHandler(
+            HandlerConfig(
+                tenant=self.tenant, cleaner_id="cleaner-test", interval_ms=self.interval_ms,
+                max_wait_s=self.max_wait_s, topics=TOPICS, dry_run=self.dry_run,
+            ),
+            metastore=lambda: self.metastore, bus=lambda: self.bus, open_storage=opener(self.fs),
+            roots=TenantRoots.build(self.tenant, self.roots, self.fs.real_path), metrics=self.metrics,
+            clock=self.clock,
+        )
+
+    def work(self, event: Any, offset: int = 0) -> Work:
+        topic = TOPICS.cleanup_delay if event.event_type == "acidclean.cleanup.delayed" else TOPICS.vacuum_committed
+        return Work(record_of(event, topic, 0, offset), event)
+
+    def handle(self, event: Any, locks: TableLockCheck | None = None) -> Outcome:
+        work = self.work(event)
+        return self.handler.handle(work, locks or self.handler.lock_check(work))
+
+    def published(self, topic: str) -> list[Event]:
+        return self.bus.events(topic)
+
+    def deleted_names(self) -> list[str]:
+        return sorted(path.rsplit("/", 1)[1] for path in self.fs.deleted)
+
+
+# -- consumer -----------------------------------------------------------------------------------------
+
+
+class FakeError:
+    def __init__(self, code: int) -> None:
+        self._code = code
+
+    def code(self) -> int:
+        return self._code
+
+    def str(self) -> str:
+        return f"error {self._code}"
+
+    def name(self) -> str:
+        return str(self._code)
+
+
+class FakeMessage:
+    def __init__(self, record: RawRecord) -> None:
+        self.record = record
+
+    def topic(self) -> str:
+        return self.record.topic
+
+    def partition(self) -> int:
+        return self.record.partition
+
+    def offset(self) -> int:
+        return self.record.offset
+
+    def key(self) -> bytes | None:
+        return self.record.key
+
+    def value(self) -> bytes | None:
+        return self.record.value
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        return list(self.record.headers)
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def error(self) -> None:
+        return None
+
+
+class FakeConsumer:
+    """A broker log per partition and librdkafka's consumer semantics that the loop relies on:
+    paused partitions deliver nothing, ``seek`` moves the position, ``resume`` fetches from it,
+    commits are refused for partitions not assigned."""
+
+    def __init__(self, clock: FakeClock, partitions: int = 2) -> None:
+        self.clock = clock
+        self.partitions = partitions
+        self.logs: dict[tuple[str, int], list[RawRecord]] = {}
+        self.positions: dict[tuple[str, int], int] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+        self.assigned: set[tuple[str, int]] = set()
+        self.paused: set[tuple[str, int]] = set()
+        self.callbacks: dict[str, Any] = {}
+        self.commit_calls: list[list[tuple[str, int, int]]] = []
+        self.pause_calls: list[tuple[str, int]] = []
+        self.seeks: list[tuple[str, int, int]] = []
+        self.closed = False
+        self.consume_timeouts: list[float] = []
+
+    def append(self, topic: str, partition: int, event: EventBase) -> RawRecord:
+        log = self.logs.setdefault((topic, partition), [])
+        out = encode(event)
+        record = RawRecord(topic, partition, len(log), out.key, out.value, tuple(out.headers))
+        log.append(record)
+        return record
+
+    def append_raw(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> RawRecord:
+        log = self.logs.setdefault((topic, partition), [])
+        record = RawRecord(topic, partition, len(log), key, value, ())
+        log.append(record)
+        return record
+
+    # consumer API
+    def subscribe(self, topics: list[str], **callbacks: Any) -> None:
+        self.callbacks = callbacks
+
+    def rebalance_assign(self, partitions: Sequence[tuple[str, int]]) -> None:
+        self.callbacks["on_assign"](self, [TopicPartition(t, p) for t, p in partitions])
+
+    def rebalance_revoke(self, partitions: Sequence[tuple[str, int]]) -> None:
+        self.callbacks["on_revoke"](self, [TopicPartition(t, p) for t, p in partitions])
+        for partition in partitions:
+            self.assigned.discard(partition)
+
+    def rebalance_lost(self, partitions: Sequence[tuple[str, int]]) -> None:
+        self.callbacks["on_lost"](self, [TopicPartition(t, p) for t, p in partitions])
+        for partition in partitions:
+            self.assigned.discard(partition)
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        for item in partitions:
+            key = (item.topic, item.partition)
+            self.assigned.add(key)
+            self.positions[key] = self.committed.get(key, 0)
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
+        self.consume_timeouts.append(timeout)
+        batch: list[FakeMessage] = []
+        for key in sorted(self.assigned):
+            if key in self.paused:
+                continue
+            log = self.logs.get(key, [])
+            while self.positions[key] < len(log) and len(batch) < num_messages:
+                batch.append(FakeMessage(log[self.positions[key]]))
+                self.positions[key] += 1
+        if not batch:
+            self.clock.advance(max(timeout, 0.001))
+        return batch
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        for item in partitions:
+            self.paused.add((item.topic, item.partition))
+            self.pause_calls.append((item.topic, item.partition))
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        for item in partitions:
+            self.paused.discard((item.topic, item.partition))
+
+    def seek(self, partition: TopicPartition) -> None:
+        key = (partition.topic, partition.partition)
+        assert key in self.assigned, "seek on a partition that is not assigned"
+        self.positions[key] = partition.offset
+        self.seeks.append((partition.topic, partition.partition, partition.offset))
+
+    def commit(self, message: Any = None, offsets: Any = None, asynchronous: bool = True) -> None:
+        calls = []
+        for item in offsets or []:
+            key = (item.topic, item.partition)
+            assert key in self.assigned, f"commit for {key}, which this consumer does not own"
+            self.committed[key] = item.offset
+            calls.append((item.topic, item.partition, item.offset))
+        self.commit_calls.append(calls)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class InlineExecutor(Executor):
+    """Runs submitted work at once, on the caller's thread."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as error:
+            future.set_exception(error)
+        return future
+
+
+def decoded(records: Iterable[RawRecord]) -> list[Event]:
+    return [decode(record, rejected_by="test", tenant="acme") for record in records]
+
+
+# -- events -------------------------------------------------------------------------------------------
+
+LOCATION = "/warehouse/sales.db/orders/ds=2025-03-14"
+
+
+def lock(lock_id: int = 7, user: str = "alice", host: str = "reader-1") -> LockSnapshotEntry:
+    return LockSnapshotEntry(
+        lock_id=lock_id, txn_id=3, lock_type="SHARED_READ", state="ACQUIRED", user=user, host=host,
+        acquired_at=T0 - timedelta(minutes=1),
+    )
+
+
+def vacuum(**changes: Any) -> VacuumCommitted:
+    """The seed's minor vacuum of three single deltas, on one partition of tenant acme's table."""
+    fields: dict[str, Any] = {
+        "tenant": "acme", "table": "sales.orders", "partition": "ds=2025-03-14", "occurred_at": T0,
+        "location": LOCATION, "compaction_type": "MINOR", "new_directories": ["delta_0000001_0000003"],
+        "highest_write_id": 3,
+        "obsolete_directories": ["delta_0000001_0000001_0000", "delta_0000002_0000002_0000", "delta_0000003_0000003_0000"],
+        "lock_snapshot": [lock()], "vacuum_job_id": "job-1",
+    }
+    fields.update(changes)
+    return VacuumCommitted(**fields)

@@ -1,0 +1,247 @@
+"""The handler of one event against fakes: wait, clean, refuse, fail closed, report."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from acidclean.consumers.scheduling import delay_envelope
+from acidclean.consumers.readiness import ready_to_clean
+from acidclean.schemas.common import derived_event_id
+from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope
+from acidclean.shared.acid.names import base_name, delta_name
+from acidclean.shared.errors import BusError
+
+from .fakes import LOCATION, TOPICS, Rig, lock, vacuum
+
+D1, D2, D3 = (delta_name(i, i, 0) for i in (1, 2, 3))
+NEW = delta_name(1, 3)
+
+
+@pytest.fixture
+def rig() -> Rig:
+    rig = Rig()
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.fs.add_acid_dirs(LOCATION, [D1, D2, D3, NEW])
+    return rig
+
+
+def test_reader_holding_a_snapshot_lock_delays_and_nothing_is_deleted(rig: Rig) -> None:
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "delayed"
+    assert rig.fs.deleted == []
+    [envelope] = rig.published(TOPICS.cleanup_delay)
+    assert isinstance(envelope, DelayEnvelope) and envelope.attempt == 1
+    assert [entry.lock_id for entry in envelope.locks_held] == [7]
+    assert envelope.due_at == rig.clock.now() + timedelta(milliseconds=2000)
+
+
+def test_table_level_reader_lock_holds_back_a_partition_cleanup(rig: Rig) -> None:
+    rig.metastore.take_lock(7, "sales.orders", partition=None)  # a reader of the whole table
+    assert rig.handle(vacuum()).kind == "delayed"
+    assert rig.fs.deleted == []
+
+
+def test_released_locks_let_the_cleanup_remove_exactly_the_obsolete_directories(rig: Rig) -> None:
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "cleaned"
+    assert rig.deleted_names() == [D1, D2, D3]
+    assert rig.fs.exists(f"{LOCATION}/{NEW}")
+    [done] = rig.published(TOPICS.cleanup_done)
+    assert isinstance(done, CleanupDone)
+    assert [(d.name, d.file_count, d.bytes) for d in done.directories_removed] == [(D1, 2, 101), (D2, 2, 101), (D3, 2, 101)]
+    assert done.attempts == 1 and done.cleaner_id == "cleaner-test"
+    assert done.event_id == derived_event_id(done.correlation_id, "cleanup-done")
+
+
+def test_reader_that_locked_after_the_vacuum_does_not_delay(rig: Rig) -> None:
+    rig.metastore.take_lock(99, "sales.orders", "ds=2025-03-14")  # not in the snapshot
+    assert rig.handle(vacuum()).kind == "cleaned"
+
+
+def test_metastore_down_fails_closed_delays_and_deletes_nothing(rig: Rig) -> None:
+    rig.metastore.down = True
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "delayed" and rig.fs.deleted == []
+    [envelope] = rig.published(TOPICS.cleanup_delay)
+    assert isinstance(envelope, DelayEnvelope)
+    assert envelope.check_error is not None and "show_locks" in envelope.check_error
+    assert rig.metastore.calls["show_locks"] == 3  # bounded retries inside one check
+
+
+def test_metastore_failing_between_the_lock_check_and_the_listing_still_deletes_nothing(rig: Rig) -> None:
+    original = rig.metastore.get_table
+
+    def failing(*args: object, **kwargs: object) -> object:
+        rig.metastore.down = True
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    rig.metastore.get_table = failing  # type: ignore[method-assign]
+    assert rig.handle(vacuum()).kind == "delayed"
+    assert rig.fs.deleted == []
+
+
+def test_recheck_from_the_delay_topic_counts_attempts_and_time_waited(rig: Rig) -> None:
+    v = vacuum()
+    first = delay_envelope(v, ready_to_clean(v.lock_snapshot, []), now=rig.clock.now(), interval_ms=2000, max_wait_s=60)
+    rig.clock.advance(5)
+    outcome = rig.handle(first)
+    assert outcome.kind == "cleaned"
+    done = outcome.event
+    assert isinstance(done, CleanupDone)
+    assert done.attempts == 2 and done.causation_id == first.event_id and done.time_waited_ms == 5000
+
+
+def test_several_events_of_one_table_share_one_show_locks(rig: Rig) -> None:
+    rig.metastore.add_table("sales.orders", "file:/warehouse/sales.db/orders/ds=2", "ds=2")
+    rig.fs.add_acid_dirs("/warehouse/sales.db/orders/ds=2", [D1, NEW])
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    events = [
+        vacuum(),
+        vacuum(partition="ds=2", location="/warehouse/sales.db/orders/ds=2", obsolete_directories=[D1],
+               lock_snapshot=[lock(9)]),
+        vacuum(lock_snapshot=[lock(8)]),
+    ]
+    works = [rig.work(event, offset) for offset, event in enumerate(events)]
+    check = rig.handler.lock_check(works[0])
+    outcomes = [rig.handler.handle(work, check) for work in works]
+    assert [o.kind for o in outcomes] == ["delayed", "cleaned", "cleaned"]
+    assert rig.metastore.calls["show_locks"] == 1
+
+
+def test_envelopes_of_one_group_share_a_due_time(rig: Rig) -> None:
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    first, second = rig.work(vacuum(), 0), rig.work(vacuum(), 1)
+    check = rig.handler.lock_check(first)
+    rig.handler.handle(first, check)
+    rig.clock.advance(0.3)
+    rig.handler.handle(second, check)
+    dues = [e.due_at for e in rig.published(TOPICS.cleanup_delay) if isinstance(e, DelayEnvelope)]
+    assert len(dues) == 2 and dues[0] == dues[1]
+
+
+def test_dropped_table_reports_done_with_nothing_removed_and_the_reason(rig: Rig) -> None:
+    rig.metastore.tables.clear()
+    for name in rig.fs.children(LOCATION):
+        rig.fs.delete_dir(f"{LOCATION}/{name}")
+    rig.fs.dirs.discard(LOCATION)
+    rig.fs.deleted.clear()
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "table_dropped"
+    assert isinstance(outcome.event, CleanupDone)
+    assert outcome.event.directories_removed == [] and "dropped" in (outcome.event.note or "")
+    assert rig.fs.deleted == []
+
+
+def test_unknown_table_whose_location_exists_goes_to_the_dead_letter_topic(rig: Rig) -> None:
+    rig.metastore.tables.clear()
+    v = vacuum()
+    outcome = rig.handle(v)
+    assert outcome.kind == "dead_lettered" and rig.fs.deleted == []
+    [rejected] = rig.published(TOPICS.dead_letter)
+    assert isinstance(rejected, CleanupRejected) and rejected.reason_code == "unknown_table"
+    assert rejected.correlation_id == v.event_id and rejected.causation_id == v.event_id
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"obsolete_directories": ["delta_0000001_0000001_0000/../../../etc"]}, "unsafe_path"),
+        ({"location": "/warehouse/globex/sales.db/orders"}, "unsafe_path"),  # not the metastore's location
+        ({"obsolete_directories": [delta_name(5, 5, 0)]}, "not_obsolete"),
+    ],
+)
+def test_unsafe_events_are_dead_lettered_before_anything_is_deleted(rig: Rig, change: dict[str, object], code: str) -> None:
+    outcome = rig.handle(vacuum(**change))
+    assert outcome.kind == "dead_lettered" and rig.fs.deleted == []
+    [rejected] = rig.published(TOPICS.dead_letter)
+    assert isinstance(rejected, CleanupRejected) and rejected.reason_code == code
+
+
+def test_another_tenants_table_is_refused(rig: Rig) -> None:
+    where = "/warehouse/globex/sales.db/orders"
+    rig.metastore.add_table("sales.orders", where, "ds=2025-03-14")
+    rig.fs.add_acid_dirs(where, [D1, D2, D3, NEW])
+    outcome = rig.handle(vacuum(location=where))
+    assert outcome.kind == "dead_lettered" and rig.fs.deleted == []
+    assert outcome.event.reason_code == "other_tenant"  # type: ignore[union-attr]
+
+
+def test_symlinked_table_location_leading_out_of_the_roots_is_refused(rig: Rig) -> None:
+    rig.fs.links[LOCATION] = "/globex/victim"
+    rig.fs.add_acid_dirs("/globex/victim", [D1, D2, D3, NEW])
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "dead_lettered" and rig.fs.deleted == []
+
+
+def test_symlinked_obsolete_directory_is_refused_and_its_target_survives(rig: Rig) -> None:
+    rig.fs.delete_dir(f"{LOCATION}/{D2}")
+    rig.fs.deleted.clear()
+    rig.fs.add_acid_dirs("/globex/victim", ["data"])
+    rig.fs.links[f"{LOCATION}/{D2}"] = "/globex/victim"
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "dead_lettered" and rig.fs.deleted == []
+    assert rig.fs.exists("/globex/victim/data")
+
+
+def test_cleaning_an_already_clean_table_removes_nothing_and_still_reports(rig: Rig) -> None:
+    v = vacuum()
+    assert rig.handle(v).kind == "cleaned"
+    again = rig.handle(v)
+    assert again.kind == "cleaned" and again.removed == ()
+    dones = rig.published(TOPICS.cleanup_done)
+    assert len(dones) == 2 and dones[0].event_id == dones[1].event_id  # same id: readers drop the duplicate
+
+
+def test_unacknowledged_outcome_raises_so_the_offset_is_not_committed(rig: Rig) -> None:
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    rig.bus.fail_next()
+    with pytest.raises(BusError):
+        rig.handle(vacuum())
+
+
+def test_failed_delete_waits_and_a_later_check_finishes(rig: Rig) -> None:
+    rig.fs.fail_delete.add(f"{LOCATION}/{D2}")
+    assert rig.handle(vacuum()).kind == "delayed"
+    rig.fs.fail_delete.clear()
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "cleaned" and [d.name for d in outcome.removed] == [D2]
+
+
+def test_dry_run_deletes_nothing_and_reports_what_would_go(rig: Rig) -> None:
+    dry = Rig(fs=rig.fs, metastore=rig.metastore, dry_run=True)
+    outcome = dry.handle(vacuum())
+    assert outcome.kind == "dry_run" and dry.fs.deleted == []
+    [done] = dry.published(TOPICS.cleanup_done)
+    assert isinstance(done, CleanupDone) and done.dry_run
+    assert [d.name for d in done.directories_removed] == [D1, D2, D3]
+
+
+def test_dry_run_publishes_no_delay_and_no_dead_letter(rig: Rig) -> None:
+    dry = Rig(fs=rig.fs, metastore=rig.metastore, dry_run=True)
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    assert dry.handle(vacuum()).kind == "delayed"
+    assert dry.handle(vacuum(obsolete_directories=["../x"])).kind == "dead_lettered"
+    assert dry.bus.records == {}
+
+
+def test_stuck_vacuum_keeps_waiting_and_is_counted(rig: Rig) -> None:
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    rig.clock.advance(3601)
+    outcome = rig.handle(vacuum())
+    assert outcome.kind == "delayed" and rig.fs.deleted == []
+    assert isinstance(outcome.event, DelayEnvelope) and outcome.event.stuck
+    assert rig.handler.stuck_count(within_s=60) == 1
+
+
+def test_major_vacuum_on_a_hive3_metastore_uses_write_ids(rig: Rig) -> None:
+    from acidclean.shared.metastore import MetastoreKind
+
+    hive3 = Rig(fs=rig.fs, metastore=rig.metastore)
+    hive3.metastore._kind = MetastoreKind.HIVE3
+    hive3.fs.add_acid_dirs(LOCATION, [base_name(3)])
+    outcome = hive3.handle(vacuum(new_directories=[base_name(3)], compaction_type="MAJOR"))
+    assert outcome.kind == "cleaned"
+    assert hive3.deleted_names() == sorted([D1, D2, D3, NEW])
