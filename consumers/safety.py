@@ -260,27 +260,54 @@ class CleanerTxnList(ValidTxnList):
 
 @dataclass(frozen=True)
 class CleanerIds:
-    """The id list a clean uses, and any id at or below the cap that is still open."""
+    """The metastore's current id list capped at the vacuum's highest write id.
 
-    valid_ids: ValidIdList
-    open_at_or_below_cap: tuple[int, ...]
+    Open and aborted ids above the cap are dropped: nothing above it is visible to the cleaner.
+    """
+
+    kind: MetastoreKind
+    cap: int
+    open_ids: tuple[int, ...]
+    aborted_ids: tuple[int, ...]
+    table_name: str | None = None
+
+    def relevant_open_ids(self, children: Sequence[Entry]) -> tuple[int, ...]:
+        """Open ids that matter for this directory. On Hive 3+ write ids are per table, so every open
+        id at or below the cap is this table's. On Hive 2 transaction ids are global: an open
+        transaction matters only if a listed delta's range holds it (Hive 2's own Cleaner ignores
+        open transactions altogether); otherwise one long transaction on another table would stop
+        every cleanup."""
+        if self.kind is not MetastoreKind.HIVE2:
+            return self.open_ids
+        ranges = []
+        for entry in children:
+            try:
+                parsed = parse_directory_name(entry.name)
+            except AcidLayoutError:
+                continue
+            if parsed is not None and not parsed.is_base:
+                ranges.append((parsed.min_write_id, parsed.max_write_id))
+        return tuple(i for i in self.open_ids if any(low <= i <= high for low, high in ranges))
+
+    def valid_ids(self) -> ValidIdList:
+        """The cleaner list, once no relevant id is open (a clean waits while one is)."""
+        if self.kind is MetastoreKind.HIVE2:
+            return CleanerTxnList(self.cap, (), self.aborted_ids)
+        return ValidCleanerWriteIdList(self.cap, (), self.aborted_ids, None, self.table_name)
 
 
 def cleaner_ids(kind: MetastoreKind, valid_ids_text: str, highest_write_id: int) -> CleanerIds:
-    """The metastore's current id list (``db.t:hwm:minOpen:open:aborted``) capped at the vacuum's
-    highest write id: open and aborted ids above the cap are dropped (everything above is invisible
-    anyway). On a Hive 2 metastore the ids are transaction ids and Hive 2's base rules apply."""
+    """Parse the metastore's id list (``db.t:hwm:minOpen:open:aborted``) and cap it at the vacuum's
+    highest write id. On a Hive 2 metastore the ids are transaction ids and Hive 2's base rules apply."""
     current = ValidWriteIdList.from_string(valid_ids_text)
     cap = min(current.high_watermark, highest_write_id)
-    open_ids = tuple(i for i in current.open_ids if i <= cap)
-    aborted = tuple(i for i in current.aborted_ids if i <= cap)
-    min_open = open_ids[0] if open_ids else None
-    valid: ValidIdList
-    if kind is MetastoreKind.HIVE2:
-        valid = CleanerTxnList(cap, open_ids, aborted, min_open)
-    else:
-        valid = ValidCleanerWriteIdList(cap, open_ids, aborted, min_open, current.table_name)
-    return CleanerIds(valid, open_ids)
+    return CleanerIds(
+        kind=kind,
+        cap=cap,
+        open_ids=tuple(i for i in current.open_ids if i <= cap),
+        aborted_ids=tuple(i for i in current.aborted_ids if i <= cap),
+        table_name=current.table_name,
+    )
 
 
 # -- the plan -------------------------------------------------------------------------------------
@@ -292,8 +319,9 @@ def plan_cleanup(vacuum: VacuumCommitted, children: Sequence[Entry], ids: Cleane
     Obsolete is decided by Hive's rules over the current listing; the result is then checked name by
     name. Any violation refuses the whole event, so nothing at all is deleted for it.
     """
-    if ids.open_at_or_below_cap:
-        open_text = ", ".join(str(i) for i in ids.open_at_or_below_cap[:10])
+    open_ids = ids.relevant_open_ids(children)
+    if open_ids:
+        open_text = ", ".join(str(i) for i in open_ids[:10])
         return NotYet(
             f"transaction or write id(s) {open_text} at or below the vacuum's highest write id "
             f"{vacuum.highest_write_id} are still open; their directories must not be touched"
@@ -307,7 +335,7 @@ def plan_cleanup(vacuum: VacuumCommitted, children: Sequence[Entry], ids: Cleane
         location=vacuum.location,
     )
     try:
-        state = acid_state(listing, ids.valid_ids)
+        state = acid_state(listing, ids.valid_ids())
     except NotEnoughHistoryError as error:
         return NotYet(f"no base is usable for the cleaner's snapshot: {error}")
     except AcidLayoutError as error:

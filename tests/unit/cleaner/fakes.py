@@ -78,7 +78,7 @@ class FakeFileSystem:
 
     def children(self, path: str) -> list[str]:
         prefix = path.rstrip("/") + "/"
-        names = {p[len(prefix):].split("/")[0] for p in (*self.dirs, *self.files, *self.links) if p.startswith(prefix)}
+        names = {p[len(prefix) :].split("/")[0] for p in (*self.dirs, *self.files, *self.links) if p.startswith(prefix)}
         return sorted(names)
 
     def list_dir(self, path: str) -> list[Entry]:
@@ -123,7 +123,7 @@ class FakeFileSystem:
     def real_path(self, path: str) -> str:
         for link, target in self.links.items():
             if path == link or path.startswith(link + "/"):
-                return target + path[len(link):]
+                return target + path[len(link) :]
         return path
 
 
@@ -197,11 +197,15 @@ class FakeMetastore:
             f"{','.join(map(str, self.aborted_ids))}"
         )
 
-    def show_locks(self, db: str | None = None, table: str | None = None, partition: str | None = None) -> list[LockInfo]:
+    def show_locks(
+        self, db: str | None = None, table: str | None = None, partition: str | None = None
+    ) -> list[LockInfo]:
         self._call("show_locks")
         return [
-            lock for lock in self.locks
-            if (db is None or lock.db == db) and (table is None or lock.table == table)
+            lock
+            for lock in self.locks
+            if (db is None or lock.db == db)
+            and (table is None or lock.table == table)
             and (partition is None or lock.partition == partition)
         ]
 
@@ -234,11 +238,18 @@ class Rig:
     def __post_init__(self) -> None:
         self.handler = CleanupHandler(
             HandlerConfig(
-                tenant=self.tenant, cleaner_id="cleaner-test", interval_ms=self.interval_ms,
-                max_wait_s=self.max_wait_s, topics=TOPICS, dry_run=self.dry_run,
+                tenant=self.tenant,
+                cleaner_id="cleaner-test",
+                interval_ms=self.interval_ms,
+                max_wait_s=self.max_wait_s,
+                topics=TOPICS,
+                dry_run=self.dry_run,
             ),
-            metastore=lambda: self.metastore, bus=lambda: self.bus, open_storage=opener(self.fs),
-            roots=TenantRoots.build(self.tenant, self.roots, self.fs.real_path), metrics=self.metrics,
+            metastore=lambda: self.metastore,
+            bus=lambda: self.bus,
+            open_storage=opener(self.fs),
+            roots=TenantRoots.build(self.tenant, self.roots, self.fs.real_path),
+            metrics=self.metrics,
             clock=self.clock,
         )
 
@@ -424,7 +435,12 @@ LOCATION = "/warehouse/sales.db/orders/ds=2025-03-14"
 
 def lock(lock_id: int = 7, user: str = "alice", host: str = "reader-1") -> LockSnapshotEntry:
     return LockSnapshotEntry(
-        lock_id=lock_id, txn_id=3, lock_type="SHARED_READ", state="ACQUIRED", user=user, host=host,
+        lock_id=lock_id,
+        txn_id=3,
+        lock_type="SHARED_READ",
+        state="ACQUIRED",
+        user=user,
+        host=host,
         acquired_at=T0 - timedelta(minutes=1),
     )
 
@@ -432,11 +448,21 @@ def lock(lock_id: int = 7, user: str = "alice", host: str = "reader-1") -> LockS
 def vacuum(**changes: Any) -> VacuumCommitted:
     """The seed's minor vacuum of three single deltas, on one partition of tenant acme's table."""
     fields: dict[str, Any] = {
-        "tenant": "acme", "table": "sales.orders", "partition": "ds=2025-03-14", "occurred_at": T0,
-        "location": LOCATION, "compaction_type": "MINOR", "new_directories": ["delta_0000001_0000003"],
+        "tenant": "acme",
+        "table": "sales.orders",
+        "partition": "ds=2025-03-14",
+        "occurred_at": T0,
+        "location": LOCATION,
+        "compaction_type": "MINOR",
+        "new_directories": ["delta_0000001_0000003"],
         "highest_write_id": 3,
-        "obsolete_directories": ["delta_0000001_0000001_0000", "delta_0000002_0000002_0000", "delta_0000003_0000003_0000"],
-        "lock_snapshot": [lock()], "vacuum_job_id": "job-1",
+        "obsolete_directories": [
+            "delta_0000001_0000001_0000",
+            "delta_0000002_0000002_0000",
+            "delta_0000003_0000003_0000",
+        ],
+        "lock_snapshot": [lock()],
+        "vacuum_job_id": "job-1",
     }
     fields.update(changes)
     return VacuumCommitted(**fields)

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from acidclean.consumers.scheduling import delay_envelope
 from acidclean.consumers.readiness import ready_to_clean
+from acidclean.consumers.scheduling import delay_envelope
 from acidclean.schemas.common import derived_event_id
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope
 from acidclean.shared.acid.names import base_name, delta_name
@@ -51,7 +51,11 @@ def test_released_locks_let_the_cleanup_remove_exactly_the_obsolete_directories(
     assert rig.fs.exists(f"{LOCATION}/{NEW}")
     [done] = rig.published(TOPICS.cleanup_done)
     assert isinstance(done, CleanupDone)
-    assert [(d.name, d.file_count, d.bytes) for d in done.directories_removed] == [(D1, 2, 101), (D2, 2, 101), (D3, 2, 101)]
+    assert [(d.name, d.file_count, d.bytes) for d in done.directories_removed] == [
+        (D1, 2, 101),
+        (D2, 2, 101),
+        (D3, 2, 101),
+    ]
     assert done.attempts == 1 and done.cleaner_id == "cleaner-test"
     assert done.event_id == derived_event_id(done.correlation_id, "cleanup-done")
 
@@ -100,8 +104,12 @@ def test_several_events_of_one_table_share_one_show_locks(rig: Rig) -> None:
     rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
     events = [
         vacuum(),
-        vacuum(partition="ds=2", location="/warehouse/sales.db/orders/ds=2", obsolete_directories=[D1],
-               lock_snapshot=[lock(9)]),
+        vacuum(
+            partition="ds=2",
+            location="/warehouse/sales.db/orders/ds=2",
+            obsolete_directories=[D1],
+            lock_snapshot=[lock(9)],
+        ),
         vacuum(lock_snapshot=[lock(8)]),
     ]
     works = [rig.work(event, offset) for offset, event in enumerate(events)]
@@ -153,7 +161,9 @@ def test_unknown_table_whose_location_exists_goes_to_the_dead_letter_topic(rig: 
         ({"obsolete_directories": [delta_name(5, 5, 0)]}, "not_obsolete"),
     ],
 )
-def test_unsafe_events_are_dead_lettered_before_anything_is_deleted(rig: Rig, change: dict[str, object], code: str) -> None:
+def test_unsafe_events_are_dead_lettered_before_anything_is_deleted(
+    rig: Rig, change: dict[str, object], code: str
+) -> None:
     outcome = rig.handle(vacuum(**change))
     assert outcome.kind == "dead_lettered" and rig.fs.deleted == []
     [rejected] = rig.published(TOPICS.dead_letter)

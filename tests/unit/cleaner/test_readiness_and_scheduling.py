@@ -81,8 +81,13 @@ def test_first_delay_is_attempt_one_due_one_interval_after_the_check() -> None:
 def test_a_recheck_adds_one_attempt_and_chains_causation() -> None:
     v = vacuum()
     first = delay_envelope(v, ready_to_clean(v.lock_snapshot, [listed(7)]), now=T0, interval_ms=2000, max_wait_s=60)
-    second = delay_envelope(first, ready_to_clean(v.lock_snapshot, [listed(7)]), now=T0 + timedelta(seconds=2),
-                            interval_ms=2000, max_wait_s=60)
+    second = delay_envelope(
+        first,
+        ready_to_clean(v.lock_snapshot, [listed(7)]),
+        now=T0 + timedelta(seconds=2),
+        interval_ms=2000,
+        max_wait_s=60,
+    )
     assert second.attempt == 2 and second.causation_id == first.event_id and second.vacuum == v
 
 
@@ -100,8 +105,9 @@ def test_stuck_after_max_wait_keeps_the_first_stuck_time_and_names_the_holders()
 def test_a_group_due_time_is_used_as_given() -> None:
     v = vacuum()
     due = T0 + timedelta(seconds=5)
-    envelope = delay_envelope(v, ready_to_clean(v.lock_snapshot, [listed(7)]), now=T0, interval_ms=2000,
-                              max_wait_s=60, due=due)
+    envelope = delay_envelope(
+        v, ready_to_clean(v.lock_snapshot, [listed(7)]), now=T0, interval_ms=2000, max_wait_s=60, due=due
+    )
     assert envelope.due_at == due
 
 

@@ -39,8 +39,15 @@ def ids(hwm: int = 100, open_ids: str = "", aborted: str = "", kind: MetastoreKi
     return cleaner_ids(kind, f"sales.orders:{hwm}:{min_open}:{open_ids}:{aborted}", cap)
 
 
-def plan(event_dirs: list[str], new: list[str], claimed: list[str], children: list[Entry], highest: int,
-         kind: MetastoreKind = MetastoreKind.HIVE2, **id_args: str) -> CleanupPlan | Refusal | NotYet:
+def plan(
+    event_dirs: list[str],
+    new: list[str],
+    claimed: list[str],
+    children: list[Entry],
+    highest: int,
+    kind: MetastoreKind = MetastoreKind.HIVE2,
+    **id_args: str,
+) -> CleanupPlan | Refusal | NotYet:
     event = vacuum(new_directories=new, obsolete_directories=claimed, highest_write_id=highest)
     return plan_cleanup(event, children, ids(kind=kind, cap=highest, **id_args))
 
@@ -75,13 +82,15 @@ def test_seed_cases_delete_exactly_the_obsolete_directories(
 # -- rule 3 ---------------------------------------------------------------------------------------------
 
 
-def test_newer_deltas_above_the_highest_write_id_are_never_deleted() -> None:
+@pytest.mark.parametrize("kind", [MetastoreKind.HIVE2, MetastoreKind.HIVE3])
+def test_newer_deltas_above_the_highest_write_id_are_never_deleted(kind: MetastoreKind) -> None:
     # A later minor vacuum (delta_1_5) already exists: with the cap at 3 it is invisible, so the
     # deltas it covers beyond this vacuum's range stay, and delta_4_4/delta_5_5 are not touched.
     children = dirs(D1, D2, D3, D4, delta_name(5, 5, 0), delta_name(1, 3), delta_name(1, 5))
-    result = plan([], [delta_name(1, 3)], [D1, D2, D3], children, 3)
+    result = plan([], [delta_name(1, 3)], [D1, D2, D3], children, 3, kind=kind)
     assert isinstance(result, CleanupPlan)
     assert sorted(result.delete) == [D1, D2, D3]
+    assert result.kept == ()  # delta_1_3 stays current: the later delta_1_5 is not visible at the cap
 
 
 def test_the_new_directory_is_kept_even_when_a_later_vacuum_made_it_obsolete() -> None:
@@ -95,9 +104,25 @@ def test_the_new_directory_is_kept_even_when_a_later_vacuum_made_it_obsolete() -
     assert "new directory" in (result.note() or "")
 
 
-def test_an_open_transaction_at_or_below_the_highest_write_id_means_wait() -> None:
-    result = plan([], [delta_name(1, 3)], [D1, D2, D3], dirs(D1, D2, D3, delta_name(1, 3)), 3, open_ids="2")
+@pytest.mark.parametrize("kind", [MetastoreKind.HIVE2, MetastoreKind.HIVE3])
+def test_an_open_transaction_whose_delta_is_listed_means_wait(kind: MetastoreKind) -> None:
+    result = plan([], [delta_name(1, 3)], [D1, D2, D3], dirs(D1, D2, D3, delta_name(1, 3)), 3, open_ids="2", kind=kind)
     assert isinstance(result, NotYet) and "2" in result.reason
+
+
+def test_hive2_open_transaction_of_another_table_does_not_block_the_cleanup() -> None:
+    # Hive 2 transaction ids are global: txn 2 is open but wrote nothing here (no delta holds it).
+    children = dirs(D1, D3, base_name(3))
+    result = plan([], [base_name(3)], [D1, D3], children, 3, open_ids="2")
+    assert isinstance(result, CleanupPlan) and sorted(result.delete) == [D1, D3]
+
+
+def test_hive3_open_write_id_of_this_table_blocks_even_without_a_delta_yet() -> None:
+    # Write ids are per table: write id 2 belongs to a live writer of this table that may not have
+    # flushed its delta yet.
+    children = dirs(D1, D3, base_name(3))
+    result = plan([], [base_name(3)], [D1, D3], children, 3, open_ids="2", kind=MetastoreKind.HIVE3)
+    assert isinstance(result, NotYet)
 
 
 def test_open_transactions_above_the_highest_write_id_do_not_matter() -> None:
@@ -213,8 +238,12 @@ def test_a_tenant_with_roots_elsewhere_never_gets_our_paths() -> None:
 
 
 directory_names = st.one_of(
-    st.builds(lambda a, b, s: delta_name(min(a, b), max(a, b), s), st.integers(1, 12), st.integers(1, 12),
-              st.one_of(st.none(), st.integers(0, 2))),
+    st.builds(
+        lambda a, b, s: delta_name(min(a, b), max(a, b), s),
+        st.integers(1, 12),
+        st.integers(1, 12),
+        st.one_of(st.none(), st.integers(0, 2)),
+    ),
     st.builds(lambda a, b: delta_name(min(a, b), max(a, b), 0, delete=True), st.integers(1, 12), st.integers(1, 12)),
     st.builds(base_name, st.integers(1, 12)),
     st.sampled_from(["000000_0", "_tmp_x", "subdir"]),
@@ -241,10 +270,14 @@ def test_only_acid_directories_at_or_below_the_highest_write_id_are_ever_deleted
     aborted -= open_ids
     children = [Entry(n, n != "000000_0", 1, is_symlink=i in links) for i, n in enumerate(names)]
     min_open = min(open_ids, default=LONG_MAX)
-    id_list = cleaner_ids(kind, f"db.t:14:{min_open}:{','.join(map(str, sorted(open_ids)))}:"
-                          f"{','.join(map(str, sorted(aborted)))}", highest)
-    result = plan_cleanup(vacuum(new_directories=[new], obsolete_directories=[], highest_write_id=highest),
-                          children, id_list)
+    id_list = cleaner_ids(
+        kind,
+        f"db.t:14:{min_open}:{','.join(map(str, sorted(open_ids)))}:{','.join(map(str, sorted(aborted)))}",
+        highest,
+    )
+    result = plan_cleanup(
+        vacuum(new_directories=[new], obsolete_directories=[], highest_write_id=highest), children, id_list
+    )
     if not isinstance(result, CleanupPlan):
         return
     by_name = {entry.name: entry for entry in children}

@@ -1,0 +1,279 @@
+"""The consumer loop against a fake consumer: delays per partition, never early, offsets, rebalances."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from acidclean.consumers.cleaning import Outcome, Work
+from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState
+from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.readiness import Readiness
+from acidclean.consumers.scheduling import IDLE_POLL_CAP_S, delay_envelope
+from acidclean.schemas.events import CleanupRejected, DelayEnvelope
+from acidclean.shared.errors import BusError
+
+from .fakes import TOPICS, FakeClock, FakeConsumer, InlineExecutor, lock, vacuum
+
+V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
+
+
+class StubHandler:
+    """Records what the loop hands over and when; fails the offsets it is told to fail once."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.handled: list[tuple[str, int, int, int, int]] = []  # topic, partition, offset, handled at, due
+        self.fail_once: set[tuple[str, int, int]] = set()
+        self.lock_checks = 0
+
+    def lock_check(self, work: Work) -> object:
+        self.lock_checks += 1
+        return object()
+
+    def handle(self, work: Work, locks: object) -> Outcome:
+        key = (work.record.topic, work.record.partition, work.offset)
+        self.handled.append((*key, self.clock.now_ms(), work.due_ms))
+        if key in self.fail_once:
+            self.fail_once.discard(key)
+            raise BusError("simulated: not acknowledged")
+        kind = "dead_lettered" if isinstance(work.event, CleanupRejected) else "cleaned"
+        return Outcome(kind, work.event)  # type: ignore[arg-type]
+
+    def stuck_count(self, within_s: float) -> int:
+        return 0
+
+    def offsets(self, topic: str, partition: int) -> list[int]:
+        return [offset for t, p, offset, _, _ in self.handled if (t, p) == (topic, partition)]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def consumer(clock: FakeClock) -> FakeConsumer:
+    return FakeConsumer(clock)
+
+
+@pytest.fixture
+def handler(clock: FakeClock) -> StubHandler:
+    return StubHandler(clock)
+
+
+def make_loop(consumer: FakeConsumer, handler: StubHandler, clock: FakeClock) -> CleanerLoop:
+    loop = CleanerLoop(
+        consumer,
+        handler,  # type: ignore[arg-type]
+        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000),
+        executor=InlineExecutor(),
+        metrics=CleanerMetrics(),
+        clock=clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (V, 1), (D, 0), (D, 1)])
+    return loop
+
+
+def envelope(clock: FakeClock, due_in_s: float, table: str = "sales.orders", partition: str = "ds=1") -> DelayEnvelope:
+    v = vacuum(table=table, partition=partition, location=f"/warehouse/{table}/{partition}")
+    now = clock.now()
+    return delay_envelope(
+        v,
+        Readiness(False, (lock(),)),
+        now=now,
+        interval_ms=2000,
+        max_wait_s=3600,
+        due=now + timedelta(seconds=due_in_s),
+    )
+
+
+def run(loop: CleanerLoop, steps: int = 10) -> None:
+    for _ in range(steps):
+        loop.step()
+
+
+def test_not_due_record_pauses_only_its_own_partition(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 60, partition="ds=1"))
+    consumer.append(D, 1, envelope(clock, 0, partition="ds=2"))
+    consumer.append(V, 0, vacuum())
+    run(loop, 3)
+    assert handler.offsets(D, 1) == [0] and handler.offsets(V, 0) == [0]
+    assert handler.offsets(D, 0) == []
+    assert consumer.paused == {(D, 0)} and consumer.seeks == [(D, 0, 0)]
+    assert loop.paused_count() == 1.0
+
+
+def test_nothing_is_handed_over_before_its_due_time_and_everything_is_eventually(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    for index, due in enumerate([0.5, 0.5, 1.2, 3.0, 2.0]):  # the last one is out of order on purpose
+        consumer.append(D, index % 2, envelope(clock, due, partition=f"ds={index}"))
+    run(loop, 400)
+    assert len(handler.handled) == 5
+    for _, _, _, handled_at, due in handler.handled:
+        assert handled_at >= due
+    assert consumer.paused == set()
+
+
+def test_records_held_in_memory_are_checked_at_their_due_time_without_waiting_for_a_refetch(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    for index in range(3):
+        consumer.append(D, 0, envelope(clock, 1.0, partition=f"ds={index}"))
+    run(loop, 200)
+    handled_at = [at for _, _, _, at, _ in handler.handled]
+    due = handler.handled[0][4]
+    assert len(handled_at) == 3 and all(due <= at <= due + 25 for at in handled_at)
+    assert handler.offsets(D, 0) == [0, 1, 2]  # the re-fetched copies after the resume are skipped
+
+
+def test_poll_timeout_follows_the_next_due_time_and_stays_far_below_max_poll_interval(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 0.037))
+    run(loop, 30)
+    assert max(consumer.consume_timeouts) <= IDLE_POLL_CAP_S
+    assert any(0.03 <= timeout <= 0.037 for timeout in consumer.consume_timeouts)
+
+
+def test_one_tables_events_in_a_batch_share_one_lock_check(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    for partition in ("ds=1", "ds=2", "ds=3"):
+        consumer.append(V, 0, vacuum(partition=partition))
+    consumer.append(V, 1, vacuum(table="sales.returns"))
+    run(loop, 3)
+    assert len(handler.handled) == 4
+    assert handler.lock_checks == 2  # sales.orders once, sales.returns once
+
+
+def test_offsets_are_committed_only_after_the_outcome_is_acknowledged(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    for partition in ("ds=1", "ds=2", "ds=3"):
+        consumer.append(V, 0, vacuum(partition=partition))
+    handler.fail_once.add((V, 0, 1))
+    run(loop, 3)
+    assert consumer.committed.get((V, 0), 0) <= 1  # offset 1 failed: nothing at or past it is committed
+    run(loop, 300)  # after one interval the partition is re-read from offset 1
+    assert handler.offsets(V, 0).count(1) == 2
+    assert consumer.committed[(V, 0)] == 3
+
+
+def test_commits_never_move_past_a_record_still_in_flight() -> None:
+    state = PartitionState(generation=1, seen_until=10, in_flight={4, 7})
+    assert state.committable() == 4
+    state.in_flight.discard(4)
+    assert state.committable() == 7
+    state.in_flight.clear()
+    assert state.committable() == 10
+
+
+def test_other_tenants_records_are_skipped_and_committed_past(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(V, 0, vacuum(tenant="globex"))
+    consumer.append(V, 0, vacuum())
+    run(loop, 3)
+    assert handler.offsets(V, 0) == [1]
+    assert consumer.committed[(V, 0)] == 2
+
+
+def test_undecodable_record_is_handed_over_as_a_dead_letter(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append_raw(V, 0, b"acme/sales.orders", b"{not json")
+    run(loop, 3)
+    assert handler.offsets(V, 0) == [0]
+    assert consumer.committed[(V, 0)] == 1
+
+
+def test_envelope_due_too_far_ahead_is_dead_lettered_not_parked(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 30 * 24 * 3600))
+    run(loop, 3)
+    assert handler.offsets(D, 0) == [0] and consumer.paused == set()
+
+
+def test_revoke_while_paused_drops_the_pause_and_commits_nothing_afterwards(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 5))
+    run(loop, 2)
+    assert (D, 0) in consumer.paused
+    consumer.rebalance_revoke([(D, 0)])
+    assert (D, 0) not in loop.states and loop.paused_count() == 0
+    run(loop, 50)  # the fake consumer refuses any commit for a partition it does not own
+    assert handler.offsets(D, 0) == []
+
+
+def test_reassigned_partition_is_resumed_and_its_head_processed_when_due(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    record = consumer.append(D, 0, envelope(clock, 3))
+    run(loop, 2)
+    consumer.rebalance_revoke([(D, 0)])
+    consumer.rebalance_assign([(D, 0)])  # librdkafka may hand it back still paused
+    assert (D, 0) not in consumer.paused
+    run(loop, 200)
+    [(_, _, offset, handled_at, due)] = handler.handled
+    assert offset == record.offset and handled_at >= due
+    assert handled_at - due < 600  # not stuck past its due time
+    assert consumer.committed[(D, 0)] == 1
+
+
+def test_lost_partitions_are_forgotten_without_a_commit(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(V, 0, vacuum())
+    commits_before = len(consumer.commit_calls)
+    consumer.rebalance_lost([(V, 0)])
+    run(loop, 3)
+    assert (V, 0) not in loop.states
+    assert len(consumer.commit_calls) == commits_before
+
+
+def test_work_of_a_revoked_partition_that_has_not_started_is_abandoned(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(V, 0, vacuum())
+    loop._route(_message(consumer, V, 0, 0), clock.now_ms())  # handed over, queued in its lane
+    consumer.rebalance_revoke([(V, 0)])
+    run(loop, 3)
+    assert handler.handled == []
+
+
+def test_shutdown_commits_finished_work_and_closes(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(V, 0, vacuum())
+    run(loop, 2)
+    loop.shutdown(timeout_s=1)
+    assert consumer.closed and consumer.committed[(V, 0)] == 1
+
+
+def _message(consumer: FakeConsumer, topic: str, partition: int, offset: int) -> Any:
+    from .fakes import FakeMessage
+
+    return FakeMessage(consumer.logs[(topic, partition)][offset])
