@@ -163,6 +163,7 @@ def encode_acid_file(events: pa.Table, codec: str = "zlib", *, stripe_size: int 
 
 
 def write_bytes(fs: pafs.FileSystem, path: str, data: bytes) -> int:
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(path) as out:
         out.write(data)
     return len(data)

@@ -91,9 +91,7 @@ def bucket_tasks(
 
 def _write(fs: pafs.FileSystem, task: BucketTask, directory: str, events: pa.Table) -> WrittenFile:
     name = bucket_file_name(task.bucket)
-    folder = f"{task.staging_dir}/{directory}"
-    fs.create_dir(folder, recursive=True)
-    size = write_acid_events(fs, f"{folder}/{name}", events, task.codec)
+    size = write_acid_events(fs, f"{task.staging_dir}/{directory}/{name}", events, task.codec)
     return WrittenFile(directory, name, events.num_rows, size)
 
 

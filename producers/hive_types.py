@@ -51,11 +51,25 @@ def arrow_type(hive_type: str) -> pa.DataType:
     )
 
 
+def _top_level_parts(text: str) -> list[str]:
+    """Split on commas outside brackets: ``decimal(10,2)`` and ``map<int,int>`` hold commas."""
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for char in text:
+        depth += (char in "(<") - (char in ")>")
+        if char == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    return [*parts, "".join(current)]
+
+
 def parse_columns(text: str) -> list[tuple[str, str]]:
     """``"id int, v string"`` as ``[("id", "int"), ("v", "string")]``; types are checked."""
     columns: list[tuple[str, str]] = []
-    # Split on commas outside parentheses (decimal(10,2) has one inside).
-    for part in re.split(r",(?![^(]*\))", text):
+    for part in _top_level_parts(text):
         part = part.strip()
         if not part:
             continue

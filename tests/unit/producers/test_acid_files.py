@@ -134,5 +134,5 @@ def test_table_compression_maps_to_the_writer_and_unknown_codecs_are_refused() -
     assert orc_codec("") == "zlib"
     assert orc_codec("snappy") == "snappy"
     assert orc_codec("NONE") == "uncompressed"
-    with pytest.raises(VacuumError, match="orc.compress=LZO"):
+    with pytest.raises(VacuumError, match=r"orc\.compress=LZO"):
         orc_codec("LZO")

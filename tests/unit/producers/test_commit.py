@@ -1,0 +1,200 @@
+"""Committing by rename, finishing interrupted commits, and the outbox that keeps unpublished events."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pyarrow.fs as pafs
+import pytest
+
+from acidclean.producers.commit import (
+    COMMIT_MARKER,
+    commit,
+    finish_directories,
+    recover_commits,
+    staging_name,
+)
+from acidclean.producers.outbox import DRAFT, READY, Outbox
+from acidclean.producers.publish import Publisher, complete_event, flush_outbox, publish_committed
+from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.bus.memory import InMemoryBus
+from acidclean.shared.errors import VacuumError
+from acidclean.shared.metastore import LockInfo
+from acidclean.shared.settings import load_settings
+
+FS = pafs.LocalFileSystem()
+TARGETS = ["delete_delta_0000001_0000004", "delta_0000001_0000004"]
+
+
+def stage(location: Path, job: str = "job-1") -> str:
+    staging = location / staging_name(job)
+    for target in TARGETS:
+        (staging / target).mkdir(parents=True)
+        (staging / target / "bucket_00000").write_bytes(b"orc")
+    return str(staging)
+
+
+def draft(location: Path, **changes: object) -> dict[str, object]:
+    return {
+        "event_id": str(uuid.uuid4()),
+        "tenant": "default",
+        "table": "db.t",
+        "partition": None,
+        "location": str(location),
+        "compaction_type": "MINOR",
+        "new_directories": TARGETS,
+        "obsolete_directories": ["delta_0000001_0000001_0000"],
+        "highest_write_id": 4,
+        "vacuum_job_id": "local-1-job",
+        "staging_dir": staging_name("job-1"),
+        **changes,
+    }
+
+
+def test_staging_names_are_hidden_from_readers() -> None:
+    assert staging_name("local-1700/x y") == "_tmp_acidclean_local-1700-x-y"
+
+
+def test_commit_renames_every_target_into_place_and_removes_staging(tmp_path: Path) -> None:
+    staging = stage(tmp_path)
+    assert finish_directories(FS, staging, TARGETS) == TARGETS
+    commit(FS, str(tmp_path), staging, TARGETS, draft(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == TARGETS
+    assert (tmp_path / TARGETS[1] / "_orc_acid_version").read_text() == "2"
+
+
+def test_an_insert_target_without_rows_still_commits_and_a_delete_target_without_events_does_not(
+    tmp_path: Path,
+) -> None:
+    staging = str(tmp_path / staging_name("j"))
+    assert finish_directories(FS, staging, ["delete_delta_0000001_0000002", "base_0000002"]) == ["base_0000002"]
+    assert sorted(p.name for p in (tmp_path / staging_name("j") / "base_0000002").iterdir()) == ["_orc_acid_version"]
+
+
+def test_a_commit_interrupted_between_two_renames_is_finished_by_the_next_run(tmp_path: Path) -> None:
+    staging = stage(tmp_path)
+    content = draft(tmp_path)
+    (Path(staging) / COMMIT_MARKER).write_text(json.dumps({**content, "targets": TARGETS}))
+    FS.move(f"{staging}/{TARGETS[0]}", f"{tmp_path}/{TARGETS[0]}")  # the crash came after the first rename
+    (recovered,) = recover_commits(FS, str(tmp_path))
+    assert recovered.draft["event_id"] == content["event_id"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == TARGETS
+
+
+def test_a_staging_directory_without_a_commit_marker_is_left_alone(tmp_path: Path) -> None:
+    stage(tmp_path)
+    assert recover_commits(FS, str(tmp_path)) == []
+    assert [p.name for p in tmp_path.iterdir()] == [staging_name("job-1")]
+
+
+def test_a_marker_naming_anything_but_acid_directories_renames_nothing_outside(tmp_path: Path) -> None:
+    staging = Path(stage(tmp_path))
+    (staging / "evil").mkdir()
+    marker = {"event_id": "x", "targets": ["../../evil", "evil", "delta_0000001_0000004"]}
+    (staging / COMMIT_MARKER).write_text(json.dumps(marker))
+    recover_commits(FS, str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["delta_0000001_0000004"]
+
+
+def test_a_target_committed_by_another_vacuum_stops_the_commit(tmp_path: Path) -> None:
+    staging = stage(tmp_path)
+    (tmp_path / TARGETS[0]).mkdir()
+    with pytest.raises(VacuumError, match="already exists"):
+        commit(FS, str(tmp_path), staging, TARGETS, draft(tmp_path))
+
+
+# -- outbox and publishing -------------------------------------------------------------------------
+
+
+class LocksOnly:
+    """The part of the metastore the event needs: ``show_locks``."""
+
+    def __init__(self, locks: list[LockInfo] | None = None) -> None:
+        self.locks = locks or []
+
+    def show_locks(
+        self, db: str | None = None, table: str | None = None, partition: str | None = None
+    ) -> list[LockInfo]:
+        return [lock for lock in self.locks if lock.table == table]
+
+
+READER = LockInfo(12, 7, "db", "t", None, "SHARED_READ", "ACQUIRED", "alice", "host-1", 1_700_000_000_000, None)
+OTHER_TABLE = LockInfo(13, 8, "db", "u", None, "SHARED_READ", "ACQUIRED", "bob", "host-2", 1_700_000_000_000, None)
+
+
+def publisher(bus: InMemoryBus) -> Publisher:
+    return Publisher(load_settings(environ={}), bus)
+
+
+def test_the_event_carries_the_locks_held_on_its_table_after_the_commit(tmp_path: Path) -> None:
+    event = complete_event(draft(tmp_path), LocksOnly([READER, OTHER_TABLE]))  # type: ignore[arg-type]
+    assert [lock.lock_id for lock in event.lock_snapshot] == [12]
+    assert event.lock_snapshot[0].describe() == "lock 12 (SHARED_READ, txn 7) by alice@host-1"
+    assert event.correlation_id == event.event_id
+
+
+def test_an_acknowledged_event_leaves_nothing_in_the_outbox(tmp_path: Path) -> None:
+    outbox, bus, content = Outbox(tmp_path / "outbox"), InMemoryBus(), draft(tmp_path)
+    event = complete_event(content, LocksOnly())  # type: ignore[arg-type]
+    outbox.save_event(content, event)
+    outcome = publish_committed(content, event, publisher(bus), outbox)
+    assert outcome.published
+    assert outbox.entries() == []
+    assert [e.event_id for e in bus.events("acid.vacuum.committed")] == [event.event_id]
+
+
+def test_an_unacknowledged_event_stays_in_the_outbox_and_a_flush_publishes_it_once(tmp_path: Path) -> None:
+    outbox, bus, content = Outbox(tmp_path / "outbox"), InMemoryBus(), draft(tmp_path)
+    event = complete_event(content, LocksOnly())  # type: ignore[arg-type]
+    bus.fail_next()
+    outcome = publish_committed(content, event, publisher(bus), outbox)
+    assert not outcome.published and "did not acknowledge" in (outcome.error or "")
+    (entry,) = outbox.entries()
+    assert entry.state == READY and entry.event == event and entry.last_error == outcome.error
+
+    report = flush_outbox(outbox, LocksOnly(), publisher(bus))  # type: ignore[arg-type]
+    assert [o.event.event_id for o in report.published] == [event.event_id]
+    assert outbox.entries() == []
+    published = bus.events("acid.vacuum.committed")
+    assert len(published) == 1 and isinstance(published[0], VacuumCommitted) and published[0] == event
+
+
+def test_a_draft_whose_directories_exist_is_completed_with_a_fresh_lock_snapshot(tmp_path: Path) -> None:
+    for target in TARGETS:
+        (tmp_path / target).mkdir()
+    outbox, bus = Outbox(tmp_path / "outbox"), InMemoryBus()
+    content = draft(tmp_path)
+    outbox.save_draft(content)
+    assert outbox.entries()[0].state == DRAFT
+    report = flush_outbox(outbox, LocksOnly([READER]), publisher(bus))  # type: ignore[arg-type]
+    (outcome,) = report.published
+    assert str(outcome.event.event_id) == content["event_id"]
+    assert [lock.lock_id for lock in outcome.event.lock_snapshot] == [12]
+
+
+def test_a_draft_whose_vacuum_never_committed_is_dropped(tmp_path: Path) -> None:
+    outbox, bus = Outbox(tmp_path / "outbox"), InMemoryBus()
+    content = draft(tmp_path)
+    outbox.save_draft(content)
+    report = flush_outbox(outbox, LocksOnly(), publisher(bus))  # type: ignore[arg-type]
+    assert report.dropped == [content["event_id"]] and report.published == []
+    assert outbox.entries() == [] and bus.records == {}
+
+
+def test_a_draft_with_a_marked_staging_directory_is_committed_then_published(tmp_path: Path) -> None:
+    staging = stage(tmp_path)
+    content = draft(tmp_path)
+    (Path(staging) / COMMIT_MARKER).write_text(json.dumps({**content, "targets": TARGETS}))
+    outbox, bus = Outbox(tmp_path / "outbox"), InMemoryBus()
+    outbox.save_draft(content)
+    report = flush_outbox(outbox, LocksOnly(), publisher(bus))  # type: ignore[arg-type]
+    assert len(report.published) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "outbox") == TARGETS
+
+
+def test_an_unreadable_outbox_entry_is_reported_not_skipped(tmp_path: Path) -> None:
+    (tmp_path / "vacuum-broken.json").write_text("{not json")
+    with pytest.raises(VacuumError, match="cannot be read"):
+        Outbox(tmp_path).entries()
