@@ -13,11 +13,13 @@ rejection row, as the cleaner would have it) and folds them.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from acidclean.schemas.common import EventBase, LockSnapshotEntry
 from acidclean.schemas.events import (
@@ -98,37 +100,58 @@ def _order(event: EventBase) -> tuple[datetime, str]:
     return (event.occurred_at, str(event.event_id))
 
 
+_E = TypeVar("_E", bound=EventBase)
+
+
+Order = tuple[datetime, str]
+
+
+def _earlier(candidate: _E, order: Order, current: tuple[Order, _E] | None) -> tuple[Order, _E]:
+    return (order, candidate) if current is None or order < current[0] else current
+
+
 @dataclass
 class _History:
-    """Every event of one vacuum, each once."""
+    """What one vacuum's row needs, updated as its events stream by.
 
-    vacuums: dict[str, VacuumCommitted] = field(default_factory=dict)
-    delays: dict[str, DelayEnvelope] = field(default_factory=dict)
+    Only the events the row shows are kept (the first vacuum event, the latest delay envelope, the
+    done events, the first rejection), so memory grows with the number of vacuums, not of events.
+    Every choice is by (time, event id), so neither arrival order nor duplicates change the row.
+    """
+
+    first: tuple[Order, EventBase] | None = None
+    first_with_table: tuple[Order, EventBase] | None = None
+    vacuum: tuple[Order, VacuumCommitted] | None = None
+    latest_delay: tuple[tuple[int, datetime, str], DelayEnvelope] | None = None
     dones: dict[str, CleanupDone] = field(default_factory=dict)
-    rejections: dict[str, CleanupRejected] = field(default_factory=dict)
+    rejection: tuple[Order, CleanupRejected] | None = None
+    last_event_at: datetime = EPOCH
 
     def add(self, event: Event) -> None:
-        event_id = str(event.event_id)
+        order = _order(event)
+        self.first = _earlier(event, order, self.first)
+        if event.table is not None:
+            self.first_with_table = _earlier(event, order, self.first_with_table)
+        self.last_event_at = max(self.last_event_at, event.occurred_at)
         if isinstance(event, VacuumCommitted):
-            self.vacuums.setdefault(event_id, event)
+            self.vacuum = _earlier(event, order, self.vacuum)
         elif isinstance(event, DelayEnvelope):
-            self.delays.setdefault(event_id, event)
+            rank = (event.attempt, *order)
+            if self.latest_delay is None or rank > self.latest_delay[0]:
+                self.latest_delay = (rank, event)
         elif isinstance(event, CleanupDone):
-            self.dones.setdefault(event_id, event)
+            self.dones.setdefault(order[1], event)
         elif isinstance(event, CleanupRejected):
-            self.rejections.setdefault(event_id, event)
+            self.rejection = _earlier(event, order, self.rejection)
 
     def row(self) -> AuditRow:
-        everything: list[EventBase] = [
-            *self.vacuums.values(), *self.delays.values(), *self.dones.values(), *self.rejections.values()
-        ]
-        first = min(everything, key=_order)
-        delays = sorted(self.delays.values(), key=lambda e: (e.attempt, *_order(e)))
+        assert self.first is not None, "a history exists only once an event was added"
+        first = self.first[1]
+        latest = self.latest_delay[1] if self.latest_delay else None
+        rejection = self.rejection[1] if self.rejection else None
         dones = sorted(self.dones.values(), key=_order)
-        rejections = sorted(self.rejections.values(), key=_order)
-        latest = delays[-1] if delays else None
-        vacuum = min(self.vacuums.values(), key=_order) if self.vacuums else (latest.vacuum if latest else None)
-        identified = vacuum or next((e for e in everything if e.table is not None), first)
+        vacuum = self.vacuum[1] if self.vacuum else (latest.vacuum if latest else None)
+        identified = vacuum or (self.first_with_table[1] if self.first_with_table else first)
 
         removed: dict[str, int] = {}
         for done in dones:
@@ -137,12 +160,13 @@ class _History:
         state: AuditState
         if dones:
             state, reason = "cleaned", _cleaned_reason(dones[0])
-        elif rejections:
-            state, reason = "rejected", f"{rejections[0].reason_code}: {rejections[0].reason}"
+        elif rejection is not None:
+            state, reason = "rejected", f"{rejection.reason_code}: {rejection.reason}"
         elif latest is not None and latest.stuck:
             state, reason = "stuck", _waiting_reason(latest)
         else:
             state, reason = "waiting", _waiting_reason(latest) if latest else None
+        pending = latest is not None and state in ("waiting", "stuck")
         return AuditRow(
             vacuum_id=str(first.correlation_id) if first.correlation_id else None,
             tenant=identified.tenant,
@@ -152,16 +176,16 @@ class _History:
             vacuum_time=vacuum.occurred_at if vacuum else None,
             new_directories=tuple(vacuum.new_directories) if vacuum else (),
             state=state,
-            attempts=max([d.attempt for d in delays] + [d.attempts for d in dones], default=0),
+            attempts=max([latest.attempt if latest else 0] + [d.attempts for d in dones]),
             time_waited_ms=_time_waited(vacuum, latest, dones, state),
             directories_removed=tuple(removed),
             bytes_freed=sum(removed.values()),
             cleaner_id=dones[0].cleaner_id if dones else None,
             reason=reason,
-            locks_held=tuple(latest.locks_held) if latest and state in ("waiting", "stuck") else (),
+            locks_held=tuple(latest.locks_held) if latest and pending else (),
             stuck_since=latest.stuck_since if latest and state == "stuck" else None,
-            next_check_at=latest.due_at if latest and state in ("waiting", "stuck") else None,
-            last_event_at=max(event.occurred_at for event in everything),
+            next_check_at=latest.due_at if latest and pending else None,
+            last_event_at=self.last_event_at,
         )
 
 
@@ -254,4 +278,20 @@ def read_audit(
     """
     reader = LogReader(settings.kafka, [settings.topic(name) for name in AUDIT_TOPICS])
     events = decode_records((raw_record(message) for message in reader), settings)
-    return select(fold(events), table=table, partition=partition, since=since), reader
+    with _cyclic_gc_paused():
+        rows = fold(events)
+    return select(rows, table=table, partition=partition, since=since), reader
+
+
+@contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    # The fold keeps tens of thousands of small objects alive while it reads, and the cyclic garbage
+    # collector re-scanning them cost more than decoding itself (measured 2-3x on 100,000 events).
+    # Nothing the audit builds forms a reference cycle, so reference counting still frees it all.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -65,6 +65,6 @@ def raw_record(message: MessageLike) -> RawRecord:
         offset=message.offset() or 0,
         key=_as_bytes(message.key()),
         value=_as_bytes(message.value()),
-        headers=tuple((name, _as_bytes(value)) for name, value in pairs),
+        headers=tuple([(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]),
         timestamp_ms=None if timestamp_type == TIMESTAMP_NOT_AVAILABLE else timestamp,
     )
