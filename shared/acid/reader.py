@@ -364,11 +364,13 @@ class _SnapshotReader:
         valid_ids: ValidIdList,
         layout: _RowLayout,
         need_identity: bool,
+        with_row_id: bool,
     ) -> None:
         self.fs = fs
         self.valid_ids = valid_ids
         self.layout = layout
         self.need_identity = need_identity
+        self.with_row_id = with_row_id
         self.next_row_id: dict[tuple[str, int], int] = {}
 
     def read_acid(self, opened: _OpenFile) -> pa.Table:
@@ -378,7 +380,8 @@ class _SnapshotReader:
         wanted = []
         if self.need_identity:
             wanted += [names[ORIGINAL_TRANSACTION], names[BUCKET], names[ROW_ID]]
-        if self.need_identity or filter_rows:
+        read_current = self.with_row_id or filter_rows
+        if read_current:
             wanted.append(names[CURRENT_TRANSACTION])
         row_paths = [
             f"{names[ROW]}.{opened.row_fields[p].name}" for p in self.layout.selected if p < len(opened.row_fields)
@@ -396,11 +399,14 @@ class _SnapshotReader:
             table = table.filter(_write_id_mask(table.column(names[CURRENT_TRANSACTION]), self.valid_ids))
         arrays: list[pa.Array | pa.ChunkedArray] = []
         if self.need_identity:
+            # Without --with-row-id the identity only serves to match deletes: currentTransaction,
+            # if not read for the row filter, is a placeholder that is dropped again.
+            current = table.column(names[CURRENT_TRANSACTION]) if read_current else pa.nulls(table.num_rows, pa.int64())
             arrays += [
                 table.column(names[ORIGINAL_TRANSACTION]).cast(pa.int64()),
                 table.column(names[BUCKET]).cast(pa.int32()),
                 table.column(names[ROW_ID]).cast(pa.int64()),
-                table.column(names[CURRENT_TRANSACTION]).cast(pa.int64()),
+                current.cast(pa.int64()),
             ]
         arrays += _row_columns(table, opened, self.layout, names[ROW] if row_paths else None)
         return self._assemble(arrays, table.num_rows)
@@ -448,20 +454,54 @@ class _SnapshotReader:
         return pa.Table.from_arrays(arrays, names=names)
 
 
-def _remove_deleted(rows: pa.Table, deletes: pa.Table) -> pa.Table:
-    """Drop rows whose identity has a delete event: one hash semi-join on the identity, then a mask,
-    so the surviving rows keep their order."""
+def _dense_positions(values: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's index in the sorted ``distinct`` values, and whether it is one of them."""
+    positions = np.minimum(np.searchsorted(distinct, values), len(distinct) - 1)
+    return positions, distinct[positions] == values
+
+
+def _deleted_by_packed_key(rows: pa.Table, deletes: pa.Table) -> np.ndarray | None:
+    """Which rows have a delete event, matching (originalTransaction, bucket, rowId) exactly.
+
+    The three columns are packed into one int64: originalTransaction and bucket become their index
+    among the values the delete events use (few: the writes that had rows deleted), times the rowId
+    span. One ``np.isin`` then does the work of a three-column join at a fraction of the cost. None
+    when the packed key could overflow or a key is null, so the caller joins instead.
+    """
+    columns = [rows.column(c) for c in IDENTITY_COLUMNS] + [deletes.column(c) for c in IDENTITY_COLUMNS]
+    if any(column.null_count for column in columns):
+        return None
+    row_txn, row_bucket, row_id, del_txn, del_bucket, del_id = (column.to_numpy() for column in columns)
+    txns, buckets = np.unique(del_txn), np.unique(del_bucket)
+    span = int(max(row_id.max(initial=0), del_id.max(initial=0))) + 1
+    if min(row_id.min(initial=0), del_id.min(initial=0)) < 0 or len(txns) * len(buckets) * span >= 2**62:
+        return None
+    txn_index, txn_known = _dense_positions(row_txn, txns)
+    bucket_index, bucket_known = _dense_positions(row_bucket, buckets)
+    key = (txn_index.astype(np.int64) * len(buckets) + bucket_index) * span + row_id
+    del_key = np.searchsorted(txns, del_txn).astype(np.int64) * len(buckets) + np.searchsorted(buckets, del_bucket)
+    del_key = del_key * span + del_id
+    result: np.ndarray = np.isin(key, del_key) & txn_known & bucket_known
+    return result
+
+
+def _deleted_by_join(rows: pa.Table, deletes: pa.Table) -> np.ndarray:
+    """The same answer as :func:`_deleted_by_packed_key` with a hash semi-join (any key values)."""
     keys = rows.select(list(IDENTITY_COLUMNS)).append_column(
         _ROW_INDEX, pa.array(np.arange(rows.num_rows, dtype=np.int64))
     )
-    deleted = keys.join(
+    matched = keys.join(
         deletes.select(list(IDENTITY_COLUMNS)), keys=list(IDENTITY_COLUMNS), join_type="left semi"
     ).column(_ROW_INDEX)
-    if len(deleted) == 0:
-        return rows
-    keep = np.ones(rows.num_rows, dtype=bool)
-    keep[deleted.to_numpy()] = False
-    return rows.filter(pa.array(keep))
+    deleted = np.zeros(rows.num_rows, dtype=bool)
+    deleted[matched.to_numpy()] = True
+    return deleted
+
+
+def _deleted_rows(rows: pa.Table, deletes: pa.Table) -> np.ndarray:
+    """A boolean mask of the rows a visible delete event removes (rows keep their order)."""
+    deleted = _deleted_by_packed_key(rows, deletes)
+    return _deleted_by_join(rows, deletes) if deleted is None else deleted
 
 
 def read_delete_events(
@@ -495,19 +535,20 @@ def read_state(
     delete_tables = [_read_delete_events(o, valid_ids) for o in delete_files]
     deletes = pa.concat_tables(delete_tables) if delete_tables else IDENTITY_SCHEMA.empty_table()
     need_identity = with_row_id or deletes.num_rows > 0
-    reader = _SnapshotReader(fs, valid_ids, layout, need_identity)
+    reader = _SnapshotReader(fs, valid_ids, layout, need_identity, with_row_id)
     parts = [reader.read_acid(o) if o.is_acid else reader.read_raw(o) for o in data]
     if not parts:
         empty_fields = [layout.fields[p] for p in layout.selected]
         schema = pa.schema((list(IDENTITY_SCHEMA) if with_row_id else []) + empty_fields)
         return schema.empty_table()
     rows = pa.concat_tables(parts)
-    if deletes.num_rows:
-        rows = _remove_deleted(rows, deletes)
+    deleted = _deleted_rows(rows, deletes) if deletes.num_rows else None
     if not with_row_id and need_identity:
-        rows = rows.drop_columns(list(IDENTITY_SCHEMA.names))
+        rows = rows.drop_columns(list(IDENTITY_SCHEMA.names))  # before filtering: less to copy
     if _ROW_INDEX in rows.column_names:
         rows = rows.drop_columns([_ROW_INDEX])
+    if deleted is not None and deleted.any():
+        rows = rows.filter(pa.array(~deleted))
     return rows
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acidclean.shared.acid import (
     ValidCompactorWriteIdList,
@@ -18,6 +20,9 @@ from acidclean.shared.acid import (
 )
 from acidclean.shared.acid.events import UPDATE_OPERATION
 from acidclean.shared.acid.reader import (
+    _deleted_by_join,
+    _deleted_by_packed_key,
+    _deleted_rows,
     bucket_ids,
     list_table_dir,
     read_acid_version,
@@ -297,3 +302,43 @@ def test_read_state_reuses_a_computed_state(table: TableWriter) -> None:
         {"name": "n1"},
         {"name": "n2"},
     ]
+
+
+identities = st.lists(
+    st.tuples(st.integers(0, 4), st.sampled_from([B0, B1, 7]), st.integers(0, 6)), min_size=0, max_size=30
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(row_keys=identities, delete_keys=identities)
+def test_packed_key_delete_matching_agrees_with_a_join(
+    row_keys: list[tuple[int, int, int]], delete_keys: list[tuple[int, int, int]]
+) -> None:
+    def table_of(keys: list[tuple[int, int, int]]) -> pa.Table:
+        return pa.table(
+            {
+                "originalTransaction": pa.array([k[0] for k in keys], pa.int64()),
+                "bucket": pa.array([k[1] for k in keys], pa.int32()),
+                "rowId": pa.array([k[2] for k in keys], pa.int64()),
+            }
+        )
+
+    rows_table, deletes = table_of(row_keys), table_of(delete_keys)
+    expected = [key in set(delete_keys) for key in row_keys]
+    packed = _deleted_by_packed_key(rows_table, deletes) if delete_keys else None
+    if packed is not None:
+        assert packed.tolist() == expected
+    assert _deleted_by_join(rows_table, deletes).tolist() == expected
+
+
+def test_huge_row_ids_fall_back_to_the_join_and_still_match_exactly() -> None:
+    keys = pa.table(
+        {
+            "originalTransaction": pa.array([1, 1], pa.int64()),
+            "bucket": pa.array([B0, B0], pa.int32()),
+            "rowId": pa.array([2**62, 5], pa.int64()),
+        }
+    )
+    deletes = keys.slice(0, 1)
+    assert _deleted_by_packed_key(keys, deletes) is None
+    assert _deleted_rows(keys, deletes).tolist() == [True, False]
