@@ -213,8 +213,13 @@ def _time_waited(
 
 
 def _sort_key(row: AuditRow) -> tuple[datetime, str, str, str, str]:
-    return (row.vacuum_time or row.last_event_at, row.table or "", row.partition or "", row.vacuum_id or "",
-            row.reason or "")
+    return (
+        row.vacuum_time or row.last_event_at,
+        row.table or "",
+        row.partition or "",
+        row.vacuum_id or "",
+        row.reason or "",
+    )
 
 
 def fold(events: Iterable[Event]) -> list[AuditRow]:

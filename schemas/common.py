@@ -97,17 +97,13 @@ class EventBase(StrictModel):
         default=None, description="The partition as k=v/k2=v2, or null for an unpartitioned table."
     )
     occurred_at: UtcDatetime = Field(description="When it happened, UTC.")
-    causation_id: uuid.UUID | None = Field(
-        default=None, description="The id of the event this one follows from."
-    )
+    causation_id: uuid.UUID | None = Field(default=None, description="The id of the event this one follows from.")
     correlation_id: uuid.UUID | None = Field(
         default=None, description="The id of the vacuum (VacuumCommitted event) this event belongs to."
     )
 
     @classmethod
-    def __get_pydantic_json_schema__(
-        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         json_schema = handler(core_schema)
         target = handler.resolve_ref_schema(json_schema)
         required = list(target.get("required", []))
@@ -137,9 +133,7 @@ class LockSnapshotEntry(StrictModel):
     )
     user: str = Field(max_length=1024, description="Who holds it.")
     host: str = Field(max_length=1024, description="The host it was taken from.")
-    acquired_at: UtcDatetime | None = Field(
-        default=None, description="When it was acquired; null while waiting."
-    )
+    acquired_at: UtcDatetime | None = Field(default=None, description="When it was acquired; null while waiting.")
 
     def describe(self) -> str:
         """``lock 12 (SHARED_READ, txn 7) by alice@host-1``: for logs and the audit."""

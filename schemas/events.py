@@ -57,7 +57,6 @@ class VacuumCommitted(EventBase):
     )
     vacuum_job_id: NonEmpty = Field(description="The job that ran the vacuum (e.g. the Spark application id).")
 
-
     @model_validator(mode="after")
     def _correlation_is_own_id(self) -> VacuumCommitted:
         if self.correlation_id != self.event_id:

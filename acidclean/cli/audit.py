@@ -20,8 +20,20 @@ from acidclean.consumers.audit import AuditRow, read_audit
 from acidclean.schemas.common import PARTITION_PATTERN, TABLE_PATTERN, utc_now
 from acidclean.shared.settings import load_settings
 
-COLUMNS = ("TABLE", "PARTITION", "TYPE", "VACUUM TIME", "NEW DIRECTORIES", "STATE", "ATTEMPTS", "WAITED",
-           "REMOVED", "BYTES FREED", "CLEANER", "DETAIL")
+COLUMNS = (
+    "TABLE",
+    "PARTITION",
+    "TYPE",
+    "VACUUM TIME",
+    "NEW DIRECTORIES",
+    "STATE",
+    "ATTEMPTS",
+    "WAITED",
+    "REMOVED",
+    "BYTES FREED",
+    "CLEANER",
+    "DETAIL",
+)
 RELATIVE = re.compile(r"^(\d+)([smhd])$")
 UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 

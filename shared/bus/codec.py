@@ -135,11 +135,25 @@ def decode(
         ce_type = headers.get(CE_TYPE)
         event = _decode(record, headers, expected)
     except _Refused as refusal:
-        return reject(record, refusal.code, refusal.reason, rejected_by=rejected_by, tenant=tenant,
-                      rejected_event_type=ce_type, now=now)
+        return reject(
+            record,
+            refusal.code,
+            refusal.reason,
+            rejected_by=rejected_by,
+            tenant=tenant,
+            rejected_event_type=ce_type,
+            now=now,
+        )
     except Exception as error:  # the promise is "never raises": anything unforeseen is a dead letter too
-        return reject(record, "other", f"could not decode: {type(error).__name__}: {error}",
-                      rejected_by=rejected_by, tenant=tenant, rejected_event_type=ce_type, now=now)
+        return reject(
+            record,
+            "other",
+            f"could not decode: {type(error).__name__}: {error}",
+            rejected_by=rejected_by,
+            tenant=tenant,
+            rejected_event_type=ce_type,
+            now=now,
+        )
     return cast(Event, event)
 
 
@@ -303,8 +317,11 @@ def reject(
     """
     if event is not None:
         found: dict[str, Any] = {
-            "tenant": event.tenant, "table": event.table, "partition": event.partition,
-            "causation_id": event.event_id, "correlation_id": event.correlation_id,
+            "tenant": event.tenant,
+            "table": event.table,
+            "partition": event.partition,
+            "causation_id": event.event_id,
+            "correlation_id": event.correlation_id,
         }
         rejected_event_type = rejected_event_type or event.event_type
     else:

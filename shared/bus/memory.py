@@ -49,7 +49,4 @@ class InMemoryBus:
 
     def events(self, topic: str) -> list[Event]:
         """Every event published to ``topic``, decoded again, in publish order."""
-        return [
-            decode(record, rejected_by="in-memory-bus", tenant="default")
-            for record in self.records.get(topic, [])
-        ]
+        return [decode(record, rejected_by="in-memory-bus", tenant="default") for record in self.records.get(topic, [])]

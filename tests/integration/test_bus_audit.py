@@ -27,24 +27,48 @@ def _id(n: int) -> uuid.UUID:
 
 
 def _lock(lock_id: int, user: str, host: str) -> LockSnapshotEntry:
-    return LockSnapshotEntry(lock_id=lock_id, txn_id=lock_id + 100, lock_type="SHARED_READ", state="ACQUIRED",
-                             user=user, host=host, acquired_at=T0 - timedelta(minutes=1))
+    return LockSnapshotEntry(
+        lock_id=lock_id,
+        txn_id=lock_id + 100,
+        lock_type="SHARED_READ",
+        state="ACQUIRED",
+        user=user,
+        host=host,
+        acquired_at=T0 - timedelta(minutes=1),
+    )
 
 
 def _vacuum(n: int, table: str, partition: str | None, minutes: int, kind: str, new: str, locks: list[Any]) -> Any:
     return VacuumCommitted(
-        event_id=_id(n), tenant="acme", table=table, partition=partition, occurred_at=T0 + timedelta(minutes=minutes),
-        location=f"/warehouse/{table}/{partition or ''}", compaction_type=kind, new_directories=[new],
-        highest_write_id=3, lock_snapshot=locks, vacuum_job_id=f"job-{n}",
+        event_id=_id(n),
+        tenant="acme",
+        table=table,
+        partition=partition,
+        occurred_at=T0 + timedelta(minutes=minutes),
+        location=f"/warehouse/{table}/{partition or ''}",
+        compaction_type=kind,
+        new_directories=[new],
+        highest_write_id=3,
+        lock_snapshot=locks,
+        vacuum_job_id=f"job-{n}",
     )
 
 
 def _delay(n: int, vacuum: Any, attempt: int, after: timedelta, locks: list[Any], **extra: Any) -> DelayEnvelope:
     checked = vacuum.occurred_at + after
     return DelayEnvelope(
-        event_id=_id(n), tenant="acme", table=vacuum.table, partition=vacuum.partition, occurred_at=checked,
-        causation_id=vacuum.event_id, correlation_id=vacuum.event_id, vacuum=vacuum, attempt=attempt,
-        due_at=checked + timedelta(seconds=2), locks_held=locks, **extra,
+        event_id=_id(n),
+        tenant="acme",
+        table=vacuum.table,
+        partition=vacuum.partition,
+        occurred_at=checked,
+        causation_id=vacuum.event_id,
+        correlation_id=vacuum.event_id,
+        vacuum=vacuum,
+        attempt=attempt,
+        due_at=checked + timedelta(seconds=2),
+        locks_held=locks,
+        **extra,
     )
 
 
@@ -57,25 +81,42 @@ def scripted_history() -> list[Any]:
     unsafe = _vacuum(4, "hr.people", None, 3, "MINOR", "delta_0000005_0000006", [])
     out = encode(unsafe)
     rejection = reject(
-        RawRecord("acme.acid.vacuum.committed", 0, 0, out.key, out.value, out.headers), "unsafe_path",
-        "'delta_1_1/../../etc' is not a child of the table location", rejected_by="cleaner-b", tenant="acme",
-        event=unsafe, now=lambda: T0 + timedelta(minutes=3, seconds=1),
+        RawRecord("acme.acid.vacuum.committed", 0, 0, out.key, out.value, out.headers),
+        "unsafe_path",
+        "'delta_1_1/../../etc' is not a child of the table location",
+        rejected_by="cleaner-b",
+        tenant="acme",
+        event=unsafe,
+        now=lambda: T0 + timedelta(minutes=3, seconds=1),
     )
     return [
-        cleaned, waiting, stuck, unsafe,
+        cleaned,
+        waiting,
+        stuck,
+        unsafe,
         _delay(11, cleaned, 1, timedelta(seconds=2), [alice]),
         _delay(12, cleaned, 2, timedelta(seconds=4), [alice]),
         CleanupDone(
-            event_id=_id(13), tenant="acme", table="sales.orders", partition="ds=1",
-            occurred_at=T0 + timedelta(seconds=6), causation_id=_id(12), correlation_id=cleaned.event_id,
-            directories_removed=[RemovedDirectory(name="delta_0000001_0000001_0000", file_count=1, bytes=1024),
-                                 RemovedDirectory(name="delta_0000002_0000002_0000", file_count=2, bytes=2048)],
-            time_waited_ms=6000, attempts=3, cleaner_id="cleaner-a",
+            event_id=_id(13),
+            tenant="acme",
+            table="sales.orders",
+            partition="ds=1",
+            occurred_at=T0 + timedelta(seconds=6),
+            causation_id=_id(12),
+            correlation_id=cleaned.event_id,
+            directories_removed=[
+                RemovedDirectory(name="delta_0000001_0000001_0000", file_count=1, bytes=1024),
+                RemovedDirectory(name="delta_0000002_0000002_0000", file_count=2, bytes=2048),
+            ],
+            time_waited_ms=6000,
+            attempts=3,
+            cleaner_id="cleaner-a",
         ),
         _delay(21, waiting, 1, timedelta(seconds=2), [bob]),
         _delay(31, stuck, 1, timedelta(seconds=2), [eve]),
-        _delay(32, stuck, 43200, timedelta(days=1), [eve],
-               stuck=True, stuck_since=stuck.occurred_at + timedelta(days=1)),
+        _delay(
+            32, stuck, 43200, timedelta(days=1), [eve], stuck=True, stuck_since=stuck.occurred_at + timedelta(days=1)
+        ),
         rejection,
     ]
 
@@ -87,9 +128,13 @@ def publish_history(kafka_bootstrap: str, prefix: str) -> Settings:
         bus.publish_many([(settings.topic(TOPIC_FIELD[type(e)]), e) for e in scripted_history()])
     # A record no decoder can read, as a broken producer would leave it: the audit shows it as rejected.
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    producer.produce(settings.topic("vacuum_committed"), key=b"acme/sales.orders/ds=9", value=b"{broken",
-                     headers=[("ce_specversion", b"1.0"), ("ce_type", b"acidclean.vacuum.committed")],
-                     timestamp=int((T0 + timedelta(minutes=4)).timestamp() * 1000))
+    producer.produce(
+        settings.topic("vacuum_committed"),
+        key=b"acme/sales.orders/ds=9",
+        value=b"{broken",
+        headers=[("ce_specversion", b"1.0"), ("ce_type", b"acidclean.vacuum.committed")],
+        timestamp=int((T0 + timedelta(minutes=4)).timestamp() * 1000),
+    )
     assert producer.flush(10) == 0
     return settings
 
@@ -106,40 +151,104 @@ hr.people     -          MINOR  2025-03-14T09:03:00Z  delta_0000005_0000006  rej
 
 def _row(vacuum_id: int | None, table: str | None, partition: str | None, **fields: Any) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "vacuum_id": None if vacuum_id is None else str(_id(vacuum_id)), "tenant": "acme", "table": table,
-        "partition": partition, "compaction_type": "MINOR", "vacuum_time": None, "new_directories": [],
-        "state": "waiting", "attempts": 0, "time_waited_ms": None, "directories_removed": [], "bytes_freed": 0,
-        "cleaner_id": None, "reason": None, "locks_held": [], "stuck_since": None, "next_check_at": None,
+        "vacuum_id": None if vacuum_id is None else str(_id(vacuum_id)),
+        "tenant": "acme",
+        "table": table,
+        "partition": partition,
+        "compaction_type": "MINOR",
+        "vacuum_time": None,
+        "new_directories": [],
+        "state": "waiting",
+        "attempts": 0,
+        "time_waited_ms": None,
+        "directories_removed": [],
+        "bytes_freed": 0,
+        "cleaner_id": None,
+        "reason": None,
+        "locks_held": [],
+        "stuck_since": None,
+        "next_check_at": None,
     }
     row.update(fields)
     return row
 
 
 def _lock_json(lock_id: int, user: str, host: str) -> dict[str, Any]:
-    return {"lock_id": lock_id, "txn_id": lock_id + 100, "lock_type": "SHARED_READ", "state": "ACQUIRED",
-            "user": user, "host": host, "acquired_at": "2025-03-14T08:59:00Z"}
+    return {
+        "lock_id": lock_id,
+        "txn_id": lock_id + 100,
+        "lock_type": "SHARED_READ",
+        "state": "ACQUIRED",
+        "user": user,
+        "host": host,
+        "acquired_at": "2025-03-14T08:59:00Z",
+    }
 
 
 EXPECTED_JSON = [
-    _row(1, "sales.orders", "ds=1", vacuum_time="2025-03-14T09:00:00Z", new_directories=["delta_0000001_0000003"],
-         state="cleaned", attempts=3, time_waited_ms=6000, bytes_freed=3072, cleaner_id="cleaner-a",
-         directories_removed=["delta_0000001_0000001_0000", "delta_0000002_0000002_0000"],
-         last_event_at="2025-03-14T09:00:06Z"),
-    _row(2, "sales.orders", "ds=2", compaction_type="MAJOR", vacuum_time="2025-03-14T09:01:00Z",
-         new_directories=["base_0000009"], attempts=1, time_waited_ms=2000,
-         reason="held by lock 5 (SHARED_READ, txn 105) by bob@etl-1", locks_held=[_lock_json(5, "bob", "etl-1")],
-         next_check_at="2025-03-14T09:01:04Z", last_event_at="2025-03-14T09:01:02Z"),
-    _row(3, "hr.people", None, vacuum_time="2025-03-14T09:02:00Z", new_directories=["delta_0000001_0000004"],
-         state="stuck", attempts=43200, time_waited_ms=86_400_000,
-         reason="held by lock 9 (SHARED_READ, txn 109) by eve@bi-3", locks_held=[_lock_json(9, "eve", "bi-3")],
-         stuck_since="2025-03-15T09:02:00Z", next_check_at="2025-03-15T09:02:02Z",
-         last_event_at="2025-03-15T09:02:00Z"),
-    _row(4, "hr.people", None, vacuum_time="2025-03-14T09:03:00Z", new_directories=["delta_0000005_0000006"],
-         state="rejected", reason="unsafe_path: 'delta_1_1/../../etc' is not a child of the table location",
-         last_event_at="2025-03-14T09:03:01Z"),
-    _row(None, None, None, tenant="default", compaction_type=None, state="rejected",
-         reason="not_json: the value is not valid JSON (key must be a string at line 1 column 2)",
-         last_event_at="2025-03-14T09:04:00Z"),
+    _row(
+        1,
+        "sales.orders",
+        "ds=1",
+        vacuum_time="2025-03-14T09:00:00Z",
+        new_directories=["delta_0000001_0000003"],
+        state="cleaned",
+        attempts=3,
+        time_waited_ms=6000,
+        bytes_freed=3072,
+        cleaner_id="cleaner-a",
+        directories_removed=["delta_0000001_0000001_0000", "delta_0000002_0000002_0000"],
+        last_event_at="2025-03-14T09:00:06Z",
+    ),
+    _row(
+        2,
+        "sales.orders",
+        "ds=2",
+        compaction_type="MAJOR",
+        vacuum_time="2025-03-14T09:01:00Z",
+        new_directories=["base_0000009"],
+        attempts=1,
+        time_waited_ms=2000,
+        reason="held by lock 5 (SHARED_READ, txn 105) by bob@etl-1",
+        locks_held=[_lock_json(5, "bob", "etl-1")],
+        next_check_at="2025-03-14T09:01:04Z",
+        last_event_at="2025-03-14T09:01:02Z",
+    ),
+    _row(
+        3,
+        "hr.people",
+        None,
+        vacuum_time="2025-03-14T09:02:00Z",
+        new_directories=["delta_0000001_0000004"],
+        state="stuck",
+        attempts=43200,
+        time_waited_ms=86_400_000,
+        reason="held by lock 9 (SHARED_READ, txn 109) by eve@bi-3",
+        locks_held=[_lock_json(9, "eve", "bi-3")],
+        stuck_since="2025-03-15T09:02:00Z",
+        next_check_at="2025-03-15T09:02:02Z",
+        last_event_at="2025-03-15T09:02:00Z",
+    ),
+    _row(
+        4,
+        "hr.people",
+        None,
+        vacuum_time="2025-03-14T09:03:00Z",
+        new_directories=["delta_0000005_0000006"],
+        state="rejected",
+        reason="unsafe_path: 'delta_1_1/../../etc' is not a child of the table location",
+        last_event_at="2025-03-14T09:03:01Z",
+    ),
+    _row(
+        None,
+        None,
+        None,
+        tenant="default",
+        compaction_type=None,
+        state="rejected",
+        reason="not_json: the value is not valid JSON (key must be a string at line 1 column 2)",
+        last_event_at="2025-03-14T09:04:00Z",
+    ),
 ]
 
 

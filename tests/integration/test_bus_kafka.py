@@ -48,29 +48,65 @@ def make_settings(kafka_bootstrap: str, prefix: str, **overrides: Any) -> Settin
 
 
 def every_event_type() -> list[Any]:
-    lock = LockSnapshotEntry(lock_id=3, txn_id=8, lock_type="SHARED_READ", state="ACQUIRED", user="alice",
-                             host="reader-1", acquired_at=T0 - timedelta(seconds=30))
+    lock = LockSnapshotEntry(
+        lock_id=3,
+        txn_id=8,
+        lock_type="SHARED_READ",
+        state="ACQUIRED",
+        user="alice",
+        host="reader-1",
+        acquired_at=T0 - timedelta(seconds=30),
+    )
     vacuum = VacuumCommitted(
-        tenant="acme", table="sales.orders", partition="ds=2025-03-14/region=eu", occurred_at=T0,
-        location="/warehouse/sales.db/orders/ds=2025-03-14/region=eu", compaction_type="MINOR",
-        new_directories=["delta_0000001_0000003"], highest_write_id=3, lock_snapshot=[lock], vacuum_job_id="job-9",
+        tenant="acme",
+        table="sales.orders",
+        partition="ds=2025-03-14/region=eu",
+        occurred_at=T0,
+        location="/warehouse/sales.db/orders/ds=2025-03-14/region=eu",
+        compaction_type="MINOR",
+        new_directories=["delta_0000001_0000003"],
+        highest_write_id=3,
+        lock_snapshot=[lock],
+        vacuum_job_id="job-9",
     )
     envelope = DelayEnvelope(
-        tenant="acme", table="sales.orders", partition=vacuum.partition, occurred_at=T0 + timedelta(seconds=1),
-        causation_id=vacuum.event_id, correlation_id=vacuum.event_id, vacuum=vacuum, attempt=1,
-        due_at=T0 + timedelta(seconds=3, microseconds=250), locks_held=[lock],
+        tenant="acme",
+        table="sales.orders",
+        partition=vacuum.partition,
+        occurred_at=T0 + timedelta(seconds=1),
+        causation_id=vacuum.event_id,
+        correlation_id=vacuum.event_id,
+        vacuum=vacuum,
+        attempt=1,
+        due_at=T0 + timedelta(seconds=3, microseconds=250),
+        locks_held=[lock],
     )
     done = CleanupDone(
-        tenant="acme", table="sales.orders", partition=vacuum.partition, occurred_at=T0 + timedelta(seconds=4),
-        causation_id=envelope.event_id, correlation_id=vacuum.event_id,
+        tenant="acme",
+        table="sales.orders",
+        partition=vacuum.partition,
+        occurred_at=T0 + timedelta(seconds=4),
+        causation_id=envelope.event_id,
+        correlation_id=vacuum.event_id,
         directories_removed=[RemovedDirectory(name="delta_0000001_0000001_0000", file_count=1, bytes=10)],
-        time_waited_ms=4000, attempts=2, cleaner_id="cleaner-it",
+        time_waited_ms=4000,
+        attempts=2,
+        cleaner_id="cleaner-it",
     )
-    delta = DeltaCommitted(tenant="acme", table="sales.orders", occurred_at=T0, location="/warehouse/sales.db/orders",
-                           delta_directory="delta_0000004_0000004_0000", write_id=4, bytes=99)
+    delta = DeltaCommitted(
+        tenant="acme",
+        table="sales.orders",
+        occurred_at=T0,
+        location="/warehouse/sales.db/orders",
+        delta_directory="delta_0000004_0000004_0000",
+        write_id=4,
+        bytes=99,
+    )
     garbage = encode(vacuum)
     rejection = decode(
-        raw_record_of("x", garbage.key, b"{oops", garbage.headers), rejected_by="it", tenant="acme",
+        raw_record_of("x", garbage.key, b"{oops", garbage.headers),
+        rejected_by="it",
+        tenant="acme",
         now=lambda: T0,
     )
     assert isinstance(rejection, CleanupRejected)
@@ -89,8 +125,10 @@ def test_topics_are_created_once_with_the_configured_partitions(kafka_bootstrap:
     settings = make_settings(kafka_bootstrap, f"{unique_name}.", topic_partitions=3)
     first = ensure_topics(settings)
     second = ensure_topics(settings)
-    names = {settings.topic(field) for field in ("vacuum_committed", "cleanup_delay", "cleanup_done",
-                                                 "dead_letter", "delta_committed")}
+    names = {
+        settings.topic(field)
+        for field in ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter", "delta_committed")
+    }
     assert set(first.created) == names and first.existing == []
     assert second.created == [] and set(second.existing) == names
     metadata = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10)
@@ -150,8 +188,10 @@ def test_garbage_on_a_topic_becomes_a_dead_letter_that_survives_the_broker(
     assert all(isinstance(r, CleanupRejected) for r in rejections) and len(rejections) == 4
     with KafkaEventBus(settings.kafka) as bus:
         bus.publish_many([(settings.topic("dead_letter"), r) for r in rejections])
-    dead = [decode(raw_record(m), rejected_by="it", tenant="acme") for m in
-            read_all(settings, [settings.topic("dead_letter")])]
+    dead = [
+        decode(raw_record(m), rejected_by="it", tenant="acme")
+        for m in read_all(settings, [settings.topic("dead_letter")])
+    ]
     assert sorted(dead, key=lambda e: e.source.offset) == sorted(rejections, key=lambda e: e.source.offset)
 
 
@@ -183,10 +223,21 @@ def test_offsets_are_committed_only_after_the_outcome_is_acknowledged(kafka_boot
             ledger.start(message.topic(), message.partition(), message.offset())
         for message in messages[:3]:
             vacuum = decode(raw_record(message), rejected_by="it", tenant="acme")
-            bus.publish(outcome_topic, CleanupDone(
-                tenant=vacuum.tenant, table=vacuum.table, partition=vacuum.partition, occurred_at=T0,
-                causation_id=vacuum.event_id, correlation_id=vacuum.event_id, directories_removed=[],
-                time_waited_ms=0, attempts=1, cleaner_id="it"))
+            bus.publish(
+                outcome_topic,
+                CleanupDone(
+                    tenant=vacuum.tenant,
+                    table=vacuum.table,
+                    partition=vacuum.partition,
+                    occurred_at=T0,
+                    causation_id=vacuum.event_id,
+                    correlation_id=vacuum.event_id,
+                    directories_removed=[],
+                    time_waited_ms=0,
+                    attempts=1,
+                    cleaner_id="it",
+                ),
+            )
             ledger.finish(message.topic(), message.partition(), message.offset())
         assert store_offsets(consumer, ledger.committable()) == [(source, 0)]
         commit_stored(consumer)
@@ -204,12 +255,12 @@ def test_offsets_are_committed_only_after_the_outcome_is_acknowledged(kafka_boot
 
 
 def test_publishing_to_a_missing_topic_fails_with_an_actionable_error(kafka_bootstrap: str, unique_name: str) -> None:
-    settings = make_settings(kafka_bootstrap, f"{unique_name}.",
-                             **{"kafka.topic.metadata.propagation.max.ms": "1000"})
+    settings = make_settings(kafka_bootstrap, f"{unique_name}.", **{"kafka.topic.metadata.propagation.max.ms": "1000"})
     started = time.monotonic()
     with pytest.raises(BusError, match=r"Unknown topic.*Check that the topic exists"):
         KafkaEventBus(settings.kafka, delivery_timeout_s=3, total_timeout_s=8).publish(
-            settings.topic("vacuum_committed"), every_event_type()[0])
+            settings.topic("vacuum_committed"), every_event_type()[0]
+        )
     assert time.monotonic() - started < 30
 
 

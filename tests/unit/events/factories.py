@@ -23,17 +23,28 @@ T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=timezone.utc)
 
 def lock(lock_id: int = 7, user: str = "alice", host: str = "reader-1") -> LockSnapshotEntry:
     return LockSnapshotEntry(
-        lock_id=lock_id, txn_id=3, lock_type="SHARED_READ", state="ACQUIRED", user=user, host=host,
+        lock_id=lock_id,
+        txn_id=3,
+        lock_type="SHARED_READ",
+        state="ACQUIRED",
+        user=user,
+        host=host,
         acquired_at=T0 - timedelta(minutes=1),
     )
 
 
 def vacuum(**changes: Any) -> VacuumCommitted:
     fields: dict[str, Any] = {
-        "tenant": "acme", "table": "sales.orders", "partition": "ds=2025-03-14", "occurred_at": T0,
-        "location": "/warehouse/sales.db/orders/ds=2025-03-14", "compaction_type": "MINOR",
-        "new_directories": ["delta_0000001_0000003"], "highest_write_id": 3,
-        "obsolete_directories": ["delta_0000001_0000001_0000"], "lock_snapshot": [lock()],
+        "tenant": "acme",
+        "table": "sales.orders",
+        "partition": "ds=2025-03-14",
+        "occurred_at": T0,
+        "location": "/warehouse/sales.db/orders/ds=2025-03-14",
+        "compaction_type": "MINOR",
+        "new_directories": ["delta_0000001_0000003"],
+        "highest_write_id": 3,
+        "obsolete_directories": ["delta_0000001_0000001_0000"],
+        "lock_snapshot": [lock()],
         "vacuum_job_id": "job-1",
     }
     fields.update(changes)
@@ -43,9 +54,16 @@ def vacuum(**changes: Any) -> VacuumCommitted:
 def delay(of: VacuumCommitted, attempt: int = 1, **changes: Any) -> DelayEnvelope:
     checked = of.occurred_at + timedelta(seconds=2 * attempt)
     fields: dict[str, Any] = {
-        "tenant": of.tenant, "table": of.table, "partition": of.partition, "occurred_at": checked,
-        "causation_id": of.event_id, "correlation_id": of.event_id, "vacuum": of, "attempt": attempt,
-        "due_at": checked + timedelta(seconds=2), "locks_held": list(of.lock_snapshot),
+        "tenant": of.tenant,
+        "table": of.table,
+        "partition": of.partition,
+        "occurred_at": checked,
+        "causation_id": of.event_id,
+        "correlation_id": of.event_id,
+        "vacuum": of,
+        "attempt": attempt,
+        "due_at": checked + timedelta(seconds=2),
+        "locks_held": list(of.lock_snapshot),
     }
     fields.update(changes)
     return DelayEnvelope(**fields)
@@ -53,11 +71,16 @@ def delay(of: VacuumCommitted, attempt: int = 1, **changes: Any) -> DelayEnvelop
 
 def done(of: VacuumCommitted, **changes: Any) -> CleanupDone:
     fields: dict[str, Any] = {
-        "tenant": of.tenant, "table": of.table, "partition": of.partition,
-        "occurred_at": of.occurred_at + timedelta(seconds=5), "causation_id": of.event_id,
+        "tenant": of.tenant,
+        "table": of.table,
+        "partition": of.partition,
+        "occurred_at": of.occurred_at + timedelta(seconds=5),
+        "causation_id": of.event_id,
         "correlation_id": of.event_id,
         "directories_removed": [RemovedDirectory(name="delta_0000001_0000001_0000", file_count=2, bytes=300)],
-        "time_waited_ms": 5000, "attempts": 2, "cleaner_id": "cleaner-1",
+        "time_waited_ms": 5000,
+        "attempts": 2,
+        "cleaner_id": "cleaner-1",
     }
     fields.update(changes)
     return CleanupDone(**fields)
@@ -65,8 +88,13 @@ def done(of: VacuumCommitted, **changes: Any) -> CleanupDone:
 
 def source_record(**changes: Any) -> SourceRecord:
     fields: dict[str, Any] = {
-        "topic": "acid.vacuum.committed", "partition": 0, "offset": 12, "timestamp_ms": 1,
-        "key_b64": "YQ==", "value_b64": "e30=", "headers": [RawHeader(name="h", value_b64=None)],
+        "topic": "acid.vacuum.committed",
+        "partition": 0,
+        "offset": 12,
+        "timestamp_ms": 1,
+        "key_b64": "YQ==",
+        "value_b64": "e30=",
+        "headers": [RawHeader(name="h", value_b64=None)],
     }
     fields.update(changes)
     return SourceRecord(**fields)
@@ -74,14 +102,21 @@ def source_record(**changes: Any) -> SourceRecord:
 
 def rejected(of: VacuumCommitted | None = None, **changes: Any) -> CleanupRejected:
     fields: dict[str, Any] = {
-        "tenant": "acme", "occurred_at": T0 + timedelta(seconds=1), "reason_code": "unsafe_path",
-        "reason": "'../etc' is not a child of the location", "rejected_by": "cleaner-1",
+        "tenant": "acme",
+        "occurred_at": T0 + timedelta(seconds=1),
+        "reason_code": "unsafe_path",
+        "reason": "'../etc' is not a child of the location",
+        "rejected_by": "cleaner-1",
         "source": source_record(),
     }
     if of is not None:
         fields.update(
-            tenant=of.tenant, table=of.table, partition=of.partition, causation_id=of.event_id,
-            correlation_id=of.event_id, rejected_event_type=VacuumCommitted.event_type,
+            tenant=of.tenant,
+            table=of.table,
+            partition=of.partition,
+            causation_id=of.event_id,
+            correlation_id=of.event_id,
+            rejected_event_type=VacuumCommitted.event_type,
         )
     fields.update(changes)
     return CleanupRejected(**fields)
@@ -89,9 +124,14 @@ def rejected(of: VacuumCommitted | None = None, **changes: Any) -> CleanupReject
 
 def delta(**changes: Any) -> DeltaCommitted:
     fields: dict[str, Any] = {
-        "tenant": "acme", "table": "sales.orders", "partition": "ds=2025-03-14",
-        "occurred_at": T0 - timedelta(minutes=2), "location": "/warehouse/sales.db/orders/ds=2025-03-14",
-        "delta_directory": "delta_0000004_0000004_0000", "write_id": 4, "bytes": 512,
+        "tenant": "acme",
+        "table": "sales.orders",
+        "partition": "ds=2025-03-14",
+        "occurred_at": T0 - timedelta(minutes=2),
+        "location": "/warehouse/sales.db/orders/ds=2025-03-14",
+        "delta_directory": "delta_0000004_0000004_0000",
+        "write_id": 4,
+        "bytes": 512,
     }
     fields.update(changes)
     return DeltaCommitted(**fields)

@@ -24,18 +24,34 @@ from .factories import T0, delay, delta, done, lock, rejected, vacuum
 def history() -> list[Any]:
     """A scripted history: one cleaned after two waits, one waiting, one stuck, one rejected, one garbage."""
     cleaned = vacuum(table="sales.orders", partition="ds=1", occurred_at=T0)
-    waiting = vacuum(table="sales.orders", partition="ds=2", occurred_at=T0 + timedelta(minutes=1),
-                     compaction_type="MAJOR", new_directories=["base_0000009"])
+    waiting = vacuum(
+        table="sales.orders",
+        partition="ds=2",
+        occurred_at=T0 + timedelta(minutes=1),
+        compaction_type="MAJOR",
+        new_directories=["base_0000009"],
+    )
     stuck = vacuum(table="hr.people", partition=None, occurred_at=T0 + timedelta(minutes=2))
     refused = vacuum(table="hr.people", partition=None, occurred_at=T0 + timedelta(minutes=3))
     return [
-        cleaned, delay(cleaned, 1), delay(cleaned, 2),
-        done(cleaned, attempts=3, time_waited_ms=6000, directories_removed=[
-            RemovedDirectory(name="delta_0000001_0000001_0000", file_count=1, bytes=1000),
-            RemovedDirectory(name="delta_0000002_0000002_0000", file_count=1, bytes=2048)]),
-        waiting, delay(waiting, 1, locks_held=[lock(5, "bob", "etl-1")]),
-        stuck, delay(stuck, 7, stuck=True, stuck_since=T0 + timedelta(days=1), locks_held=[lock(9, "eve", "bi-3")]),
-        refused, rejected(refused, occurred_at=refused.occurred_at + timedelta(seconds=1)),
+        cleaned,
+        delay(cleaned, 1),
+        delay(cleaned, 2),
+        done(
+            cleaned,
+            attempts=3,
+            time_waited_ms=6000,
+            directories_removed=[
+                RemovedDirectory(name="delta_0000001_0000001_0000", file_count=1, bytes=1000),
+                RemovedDirectory(name="delta_0000002_0000002_0000", file_count=1, bytes=2048),
+            ],
+        ),
+        waiting,
+        delay(waiting, 1, locks_held=[lock(5, "bob", "etl-1")]),
+        stuck,
+        delay(stuck, 7, stuck=True, stuck_since=T0 + timedelta(days=1), locks_held=[lock(9, "eve", "bi-3")]),
+        refused,
+        rejected(refused, occurred_at=refused.occurred_at + timedelta(seconds=1)),
         rejected(None, occurred_at=T0 + timedelta(minutes=4), reason_code="not_json", reason="not JSON"),
         delta(),
     ]
@@ -44,8 +60,12 @@ def history() -> list[Any]:
 def test_each_vacuum_gets_one_row_with_its_state() -> None:
     rows = fold(history())
     assert [(r.table, r.partition, r.state) for r in rows] == [
-        ("sales.orders", "ds=1", "cleaned"), ("sales.orders", "ds=2", "waiting"), ("hr.people", None, "stuck"),
-        ("hr.people", None, "rejected"), (None, None, "rejected")]
+        ("sales.orders", "ds=1", "cleaned"),
+        ("sales.orders", "ds=2", "waiting"),
+        ("hr.people", None, "stuck"),
+        ("hr.people", None, "rejected"),
+        (None, None, "rejected"),
+    ]
 
 
 def test_cleaned_row_says_what_was_removed_by_whom_after_how_long() -> None:
@@ -95,8 +115,9 @@ def test_duplicate_deliveries_are_counted_once() -> None:
 def test_a_second_cleanup_that_removed_nothing_changes_nothing() -> None:
     events = history()
     cleaned = events[0]
-    again = done(cleaned, occurred_at=T0 + timedelta(minutes=10), directories_removed=[], cleaner_id="cleaner-2",
-                 attempts=1)
+    again = done(
+        cleaned, occurred_at=T0 + timedelta(minutes=10), directories_removed=[], cleaner_id="cleaner-2", attempts=1
+    )
     row = fold([*events, again])[0]
     assert row == replace(fold(events)[0], last_event_at=again.occurred_at)
 
@@ -141,13 +162,29 @@ def test_table_format_is_one_aligned_line_per_vacuum() -> None:
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["TABLE", "PARTITION", "TYPE"]
     assert len(lines) == 6
-    assert lines[1].split() == ["sales.orders", "ds=1", "MINOR", "2025-03-14T09:00:00Z", "delta_0000001_0000003",
-                                "cleaned", "3", "6.0s",
-                                "delta_0000001_0000001_0000,delta_0000002_0000002_0000", "3.0", "KiB", "cleaner-1"]
+    assert lines[1].split() == [
+        "sales.orders",
+        "ds=1",
+        "MINOR",
+        "2025-03-14T09:00:00Z",
+        "delta_0000001_0000003",
+        "cleaned",
+        "3",
+        "6.0s",
+        "delta_0000001_0000001_0000,delta_0000002_0000002_0000",
+        "3.0",
+        "KiB",
+        "cleaner-1",
+    ]
     assert lines[5].split()[:3] == ["?", "-", "?"]
     state_column = lines[0].index("STATE")
     assert [line[state_column:].split()[0] for line in lines[1:]] == [
-        "cleaned", "waiting", "stuck", "rejected", "rejected"]
+        "cleaned",
+        "waiting",
+        "stuck",
+        "rejected",
+        "rejected",
+    ]
 
 
 def test_json_format_is_an_array_with_every_field() -> None:
@@ -174,9 +211,12 @@ def test_unreadable_records_become_rejections_dated_by_the_record() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("2h", T0 - timedelta(hours=2)), ("7d", T0 - timedelta(days=7)),
-     ("2025-03-01", datetime(2025, 3, 1, tzinfo=timezone.utc)),
-     ("2025-03-01T10:00:00+02:00", datetime(2025, 3, 1, 8, tzinfo=timezone.utc))],
+    [
+        ("2h", T0 - timedelta(hours=2)),
+        ("7d", T0 - timedelta(days=7)),
+        ("2025-03-01", datetime(2025, 3, 1, tzinfo=timezone.utc)),
+        ("2025-03-01T10:00:00+02:00", datetime(2025, 3, 1, 8, tzinfo=timezone.utc)),
+    ],
 )
 def test_since_accepts_iso_times_and_ages(text: str, expected: datetime) -> None:
     assert parse_since(text, T0) == expected
@@ -189,7 +229,12 @@ def test_since_refuses_anything_else() -> None:
 
 def test_durations_and_sizes_read_like_an_operator_would_write_them() -> None:
     assert [format_duration(v) for v in (None, 1500, 125_000, 7_500_000, 90_000_000)] == [
-        "-", "1.5s", "2m05s", "2h05m", "1d01h"]
+        "-",
+        "1.5s",
+        "2m05s",
+        "2h05m",
+        "1d01h",
+    ]
     assert [format_bytes(v) for v in (0, 1023, 1536, 5 * 1024**3)] == ["0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
 
 

@@ -43,8 +43,15 @@ class FakeProducer:
         self.produced: list[tuple[str, bytes | None, bytes | None, Any]] = []
         self._reports: list[Callable[[], None]] = []
 
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
-                on_delivery: Any = None, headers: Any = None) -> None:
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        *,
+        on_delivery: Any = None,
+        headers: Any = None,
+    ) -> None:
         self.produced.append((topic, key, value, headers))
         outcome = self.outcomes.pop(0) if self.outcomes else None
         if isinstance(outcome, str) and outcome == "buffer-full":
@@ -88,14 +95,19 @@ def test_publish_returns_where_the_broker_stored_the_event() -> None:
     event = vacuum()
     delivery = _bus(producer).publish("acid.vacuum.committed", event)
     assert (delivery.topic, delivery.partition, delivery.offset, delivery.event_id) == (
-        "acid.vacuum.committed", 3, 1, event.event_id)
+        "acid.vacuum.committed",
+        3,
+        1,
+        event.event_id,
+    )
     _, key, _, headers = producer.produced[0]
     assert key == event.key.encode() and ("ce_id", str(event.event_id).encode()) in headers
 
 
 def test_retriable_errors_are_retried_until_acknowledged() -> None:
-    producer = FakeProducer([KafkaError(KafkaError._MSG_TIMED_OUT), "no-report",
-                             KafkaError(KafkaError.NOT_ENOUGH_REPLICAS), None])
+    producer = FakeProducer(
+        [KafkaError(KafkaError._MSG_TIMED_OUT), "no-report", KafkaError(KafkaError.NOT_ENOUGH_REPLICAS), None]
+    )
     deliveries = _bus(producer).publish_many([("t", vacuum())])
     assert len(producer.produced) == 4 and len(deliveries) == 1
 
@@ -212,11 +224,17 @@ def test_commit_with_nothing_stored_is_fine_and_other_commit_errors_raise() -> N
 
 
 def test_topics_take_the_prefix_partitions_and_replication_and_audit_topics_keep_forever() -> None:
-    settings = load_settings(environ={}, overrides={"topic_prefix": "acme.", "topic_partitions": 3,
-                                                    "topic_replication_factor": 2})
+    settings = load_settings(
+        environ={}, overrides={"topic_prefix": "acme.", "topic_partitions": 3, "topic_replication_factor": 2}
+    )
     specs = {spec.name: spec for spec in topic_specs(settings)}
-    assert set(specs) == {"acme.acid.vacuum.committed", "acme.acid.cleanup.delay", "acme.acid.cleanup.done",
-                          "acme.acid.cleanup.dead-letter", "acme.acid.delta.committed"}
+    assert set(specs) == {
+        "acme.acid.vacuum.committed",
+        "acme.acid.cleanup.delay",
+        "acme.acid.cleanup.done",
+        "acme.acid.cleanup.dead-letter",
+        "acme.acid.delta.committed",
+    }
     assert {(s.partitions, s.replication_factor) for s in specs.values()} == {(3, 2)}
     assert specs["acme.acid.cleanup.done"].config == {"retention.ms": "-1"}
     assert specs["acme.acid.cleanup.delay"].config == {}

@@ -28,8 +28,15 @@ NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
 
 
 def as_consumed(out: OutgoingRecord, topic: str = "acid.vacuum.committed", offset: int = 5) -> RawRecord:
-    return RawRecord(topic=topic, partition=2, offset=offset, key=out.key, value=out.value,
-                     headers=tuple(out.headers), timestamp_ms=1)
+    return RawRecord(
+        topic=topic,
+        partition=2,
+        offset=offset,
+        key=out.key,
+        value=out.value,
+        headers=tuple(out.headers),
+        timestamp_ms=1,
+    )
 
 
 def decoded(record: RawRecord, **kwargs: Any) -> Any:
@@ -141,10 +148,18 @@ def test_key_that_disagrees_with_the_body_is_rejected() -> None:
 
 @pytest.mark.parametrize(
     ("header", "value"),
-    [("ce_id", b"not-a-uuid"), ("ce_id", None), ("ce_subject", b"acme/x.y"), ("ce_time", b"yesterday"),
-     ("ce_time", b"2020-01-01T00:00:00Z"), ("correlation_id", b"6f0c9f4e-1d0a-5b1e-9c55-0ac1dc1e0001"),
-     ("correlation_id", None), ("causation_id", b"6f0c9f4e-1d0a-5b1e-9c55-0ac1dc1e0001"), ("ce_source", None),
-     ("ce_id", b"\xff")],
+    [
+        ("ce_id", b"not-a-uuid"),
+        ("ce_id", None),
+        ("ce_subject", b"acme/x.y"),
+        ("ce_time", b"yesterday"),
+        ("ce_time", b"2020-01-01T00:00:00Z"),
+        ("correlation_id", b"6f0c9f4e-1d0a-5b1e-9c55-0ac1dc1e0001"),
+        ("correlation_id", None),
+        ("causation_id", b"6f0c9f4e-1d0a-5b1e-9c55-0ac1dc1e0001"),
+        ("ce_source", None),
+        ("ce_id", b"\xff"),
+    ],
 )
 def test_headers_that_disagree_with_the_body_are_rejected(header: str, value: bytes | None) -> None:
     record = with_header(as_consumed(encode(vacuum())), header, value)
@@ -159,8 +174,12 @@ def test_duplicate_cloudevents_header_is_rejected() -> None:
 
 @pytest.mark.parametrize(
     ("header", "value"),
-    [("ce_type", b"com.example.other"), ("ce_type", None), ("ce_specversion", b"0.3"),
-     ("content-type", b"application/cloudevents+json")],
+    [
+        ("ce_type", b"com.example.other"),
+        ("ce_type", None),
+        ("ce_specversion", b"0.3"),
+        ("content-type", b"application/cloudevents+json"),
+    ],
 )
 def test_unknown_event_type_or_encoding_is_rejected(header: str, value: bytes | None) -> None:
     assert _code(decoded(with_header(as_consumed(encode(vacuum())), header, value))) == "unknown_event_type"

@@ -65,8 +65,21 @@ def _mutate_bytes(rng: random.Random, data: bytes) -> bytes:
     return bytes(data)
 
 
-JSON_REPLACEMENTS: list[Any] = [None, 0, -1, 2**70, 1.5, "", "x" * 5000, [], {}, True, "2025-01-01T00:00:00",
-                                "../../etc", {"nested": [1, {"a": None}]}]
+JSON_REPLACEMENTS: list[Any] = [
+    None,
+    0,
+    -1,
+    2**70,
+    1.5,
+    "",
+    "x" * 5000,
+    [],
+    {},
+    True,
+    "2025-01-01T00:00:00",
+    "../../etc",
+    {"nested": [1, {"a": None}]},
+]
 
 
 def _mutate_json(rng: random.Random, value: bytes) -> bytes:
@@ -143,10 +156,27 @@ def test_ten_thousand_mutated_valid_events_decode_or_become_dead_letters() -> No
 @given(
     key=st.none() | st.binary(max_size=64),
     value=st.none() | st.binary(max_size=256) | st.text(max_size=256).map(str.encode),
-    headers=st.lists(st.tuples(st.sampled_from(["ce_type", "ce_id", "ce_specversion", "ce_time", "ce_subject",
-                                                "correlation_id", "x-due-at", "other", "content-type"]),
-                               st.none() | st.binary(max_size=40)), max_size=10),
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    "ce_type",
+                    "ce_id",
+                    "ce_specversion",
+                    "ce_time",
+                    "ce_subject",
+                    "correlation_id",
+                    "x-due-at",
+                    "other",
+                    "content-type",
+                ]
+            ),
+            st.none() | st.binary(max_size=40),
+        ),
+        max_size=10,
+    ),
 )
-def test_arbitrary_records_never_escape_the_decoder(key: bytes | None, value: bytes | None,
-                                                   headers: list[tuple[str, bytes | None]]) -> None:
+def test_arbitrary_records_never_escape_the_decoder(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]
+) -> None:
     assert _check(RawRecord("t", 0, 1, key, value, tuple(headers)))

@@ -112,8 +112,9 @@ def test_stuck_envelope_records_since_when_and_who_holds_the_locks() -> None:
         delay(v, stuck=True)
     with pytest.raises(ValidationError, match="stuck and stuck_since"):
         delay(v, stuck_since=T0)
-    envelope = delay(v, attempt=9, stuck=True, stuck_since=T0 + timedelta(days=1),
-                     locks_held=[lock(41, "bob", "etl-7")])
+    envelope = delay(
+        v, attempt=9, stuck=True, stuck_since=T0 + timedelta(days=1), locks_held=[lock(41, "bob", "etl-7")]
+    )
     assert [entry.describe() for entry in envelope.locks_held] == ["lock 41 (SHARED_READ, txn 3) by bob@etl-7"]
 
 

@@ -72,10 +72,18 @@ def test_schema_files_name_their_cloudevents_type() -> None:
 
 
 def test_breaking_changes_are_detected() -> None:
-    old = {"type": "object", "additionalProperties": False, "required": ["a"],
-           "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}, "c": {"type": "string"}}}
-    new = {"type": "object", "additionalProperties": False, "required": ["a", "d"],
-           "properties": {"a": {"type": "string"}, "b": {"enum": ["x"]}, "d": {"type": "string"}}}
+    old = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["a"],
+        "properties": {"a": {"type": "integer"}, "b": {"enum": ["x", "y"]}, "c": {"type": "string"}},
+    }
+    new = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["a", "d"],
+        "properties": {"a": {"type": "string"}, "b": {"enum": ["x"]}, "d": {"type": "string"}},
+    }
     problems = breaking_changes(old, new)
     assert any("c: property removed" in p for p in problems)
     assert any("d: newly required" in p for p in problems)
