@@ -184,6 +184,8 @@ class Cleaner:
     def _consumer(self) -> ConsumerLike:
         config: dict[str, Any] = consumer_config(self.settings.kafka, self.group_id)
         config.setdefault("client.id", f"acidclean-cleaner-{self.cleaner_id}")
+        # A new vacuum or a resumed delay partition should not wait for a 500 ms fetch long-poll.
+        config.setdefault("fetch.wait.max.ms", "100")
         config["on_commit"] = lambda error, partitions: self.loop.on_commit(error, partitions)
         try:
             return cast(ConsumerLike, Consumer(config))
@@ -210,10 +212,30 @@ class Cleaner:
             dry_run=self.options.dry_run or None,
             metrics_port=self.options.metrics_port,
         )
+        self._warm_up()
         try:
             self.loop.run()
         finally:
             self.close()
+
+    def _warm_up(self, timeout_s: float = 10.0) -> None:
+        """Start every table worker and open its metastore connection and producer now, so the first
+        vacuums do not pay for connection set-up and the idempotent producer's id request."""
+        threads = self.settings.cleanup_threads
+        barrier = threading.Barrier(threads, timeout=timeout_s)
+
+        def warm() -> None:
+            try:
+                barrier.wait()  # holds each worker so the pool has to start all of them
+            except threading.BrokenBarrierError:
+                return
+            self.handler.warm_up()
+
+        for future in [self._lane_pool.submit(warm) for _ in range(threads)]:
+            try:
+                future.result(timeout_s)
+            except Exception as error:  # a metastore down at start-up is not fatal: checks fail closed
+                log(LOGGER, logging.WARNING, f"warm-up: {type(error).__name__}: {error}")
 
     def stop(self) -> None:
         self.loop.stop()

@@ -240,6 +240,11 @@ class CleanupHandler:
             return self._delay(event, readiness, locks)
         return self._clean(work, event, readiness, locks)
 
+    def warm_up(self) -> None:
+        """Create this thread's metastore client and producer (and connect) before work arrives."""
+        self._bus()
+        _ = self._metastore().kind
+
     def show_locks(self, table: str) -> list[LockInfo]:
         """One table-level show_locks, retried a bounded number of times (then fail closed)."""
         db, name = lock_scope(table)

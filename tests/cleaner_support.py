@@ -1,0 +1,396 @@
+"""Helpers for the cleaner's integration, end-to-end and benchmark tests on the real stack.
+
+They stand in for the producers, on purpose: a table is created in the real metastore with its
+location in a test directory, committed transactions give the delta ids (Hive 2 names deltas by
+transaction id), real ACID ORC files are written with ``shared/acid``'s writer, a "vacuum" writes its
+new directory under a temporary name and renames it, snapshots the real locks and publishes
+``VacuumCommitted``. Readers take real SHARED_READ locks in real transactions.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+from confluent_kafka import Consumer, TopicPartition
+
+from acidclean.consumers.cleaner import Cleaner, CleanerOptions
+from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, Event, VacuumCommitted
+from acidclean.shared.acid.names import delta_name
+from acidclean.shared.acid.writer import insert_events, write_bucket_file
+from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.producer import KafkaEventBus
+from acidclean.shared.bus.records import raw_record
+from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.metastore import HiveMetastore, LockRequestComponent, MetastoreKind
+from acidclean.shared.settings import Settings, load_settings
+
+TENANT = "acme"
+OTHER_TENANT = "globex"
+DB = "cleaner_it"
+ROWS = pa.table({"id": pa.array([1, 2], pa.int32()), "v": pa.array(["a", "b"])})
+
+
+def cleaner_settings(
+    kafka_bootstrap: str,
+    metastore_uri: str,
+    root: Path,
+    prefix: str,
+    *,
+    interval_ms: int = 300,
+    threads: int = 2,
+    tenant: str = TENANT,
+    max_wait_s: float = 3600.0,
+    partitions: int = 2,
+) -> Settings:
+    """Settings for one test: its own topics (prefix), group, and allowed roots under ``root``."""
+    return load_settings(
+        environ={},
+        overrides={
+            "kafka": {"bootstrap.servers": kafka_bootstrap},
+            "metastore_uris": metastore_uri,
+            "topic_prefix": f"{prefix}.",
+            "topic_partitions": partitions,
+            "group_id": f"{prefix}-cleaner",
+            "tenant": tenant,
+            "allowed_roots": {TENANT: [str(root / TENANT)], OTHER_TENANT: [str(root / OTHER_TENANT)]},
+            "cleanup_interval_ms": interval_ms,
+            "cleanup_threads": threads,
+            "max_wait_s": max_wait_s,
+            "metastore_timeout_s": 3.0,
+        },
+    )
+
+
+def settings_environment(settings: Settings) -> dict[str, str]:
+    """The same settings as ACIDCLEAN_* variables, for a cleaner run as a subprocess."""
+    import json
+
+    return {
+        "ACIDCLEAN_KAFKA_BOOTSTRAP": settings.bootstrap_servers,
+        "ACIDCLEAN_METASTORE_URIS": settings.metastore_uris,
+        "ACIDCLEAN_TOPIC_PREFIX": settings.topic_prefix,
+        "ACIDCLEAN_TOPIC_PARTITIONS": str(settings.topic_partitions),
+        "ACIDCLEAN_GROUP_ID": settings.group_id,
+        "ACIDCLEAN_TENANT": settings.tenant,
+        "ACIDCLEAN_ALLOWED_ROOTS": json.dumps(settings.allowed_roots),
+        "ACIDCLEAN_CLEANUP_INTERVAL_MS": str(settings.cleanup_interval_ms),
+        "ACIDCLEAN_CLEANUP_THREADS": str(settings.cleanup_threads),
+        "ACIDCLEAN_MAX_WAIT_S": str(settings.max_wait_s),
+        "ACIDCLEAN_METASTORE_TIMEOUT_S": str(settings.metastore_timeout_s),
+    }
+
+
+# -- tables and vacuums ------------------------------------------------------------------------------
+
+
+@dataclass
+class Table:
+    """A transactional table (or one partition of it) whose directory the test controls."""
+
+    metastore: HiveMetastore
+    db: str
+    name: str
+    location: Path
+    partition: str | None = None
+    write_ids: list[int] = field(default_factory=list)
+    tenant: str = TENANT
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.db}.{self.name}"
+
+    def children(self) -> list[str]:
+        return sorted(os.listdir(self.location)) if self.location.exists() else []
+
+    def commit_deltas(self, count: int) -> list[str]:
+        """``count`` committed transactions, each writing one delta with two rows."""
+        names = []
+        fs = pafs.LocalFileSystem()
+        for _ in range(count):
+            txn = self.metastore.open_txn()
+            write_id = self.metastore.allocate_write_id(txn, self.db, self.name)
+            name = delta_name(write_id, write_id, 0)
+            write_bucket_file(fs, str(self.location / name), 0, insert_events(ROWS, write_id))
+            self.metastore.commit_txn(txn)
+            self.write_ids.append(write_id)
+            names.append(name)
+        return names
+
+    def write_compacted(self, new_name: str, write_ids: list[int]) -> None:
+        """The vacuum's output, written under a temporary name and renamed into place (atomic)."""
+        fs = pafs.LocalFileSystem()
+        rows = pa.concat_tables([ROWS] * len(write_ids))
+        original = pa.array([w for w in write_ids for _ in range(ROWS.num_rows)], pa.int64())
+        temporary = self.location / f"_tmp_{new_name}"
+        write_bucket_file(fs, str(temporary), 0, insert_events(rows, max(write_ids), original_write_ids=original))
+        os.rename(temporary, self.location / new_name)
+
+    def lock_snapshot(self) -> list[LockSnapshotEntry]:
+        """The locks the metastore lists on the table now (what the vacuum records)."""
+        entries = []
+        for lock in self.metastore.show_locks(self.db, self.name):
+            acquired = None
+            if lock.acquired_at_ms:
+                acquired = datetime.fromtimestamp(lock.acquired_at_ms / 1000, timezone.utc)
+            entries.append(
+                LockSnapshotEntry(
+                    lock_id=lock.lock_id,
+                    txn_id=lock.txn_id or None,
+                    lock_type=lock.lock_type,
+                    state=lock.state,
+                    user=lock.user,
+                    host=lock.host,
+                    acquired_at=acquired,
+                )
+            )
+        return entries
+
+    def minor_vacuum(self, obsolete: list[str] | None = None, **changes: Any) -> VacuumCommitted:
+        """Compact every delta written so far into one delta; returns the event to publish."""
+        low, high = min(self.write_ids), max(self.write_ids)
+        new = delta_name(low, high)
+        singles = [delta_name(w, w, 0) for w in self.write_ids]
+        self.write_compacted(new, self.write_ids)
+        fields: dict[str, Any] = dict(
+            tenant=self.tenant,
+            table=self.full_name,
+            partition=self.partition,
+            occurred_at=datetime.now(timezone.utc),
+            location="file:" + str(self.location),
+            compaction_type="MINOR",
+            new_directories=[new],
+            obsolete_directories=singles if obsolete is None else obsolete,
+            highest_write_id=high,
+            lock_snapshot=self.lock_snapshot(),
+            vacuum_job_id=f"test-{uuid.uuid4().hex[:8]}",
+        )
+        fields.update(changes)
+        return VacuumCommitted(**fields)
+
+
+def create_table(
+    metastore: HiveMetastore,
+    root: Path,
+    name: str,
+    *,
+    partition: str | None = None,
+    tenant: str = TENANT,
+    db: str = DB,
+) -> Table:
+    """A transactional table with its location under ``root/tenant``; optionally one partition."""
+    metastore.create_database(db)
+    location = root / tenant / f"{db}.db" / name
+    location.mkdir(parents=True, exist_ok=True)
+    metastore.create_transactional_table(
+        db,
+        name,
+        [("id", "int"), ("v", "string")],
+        buckets=1,
+        location="file:" + str(location),
+        partition_keys=[("ds", "string")] if partition else (),
+    )
+    if partition:
+        uri = metastore.add_partition(db, name, partition)
+        location = Path(uri.removeprefix("file:"))
+        location.mkdir(parents=True, exist_ok=True)
+    return Table(metastore, db, name, location, partition, tenant=tenant)
+
+
+@dataclass
+class Reader:
+    """A query holding a SHARED_READ lock inside a transaction, as Hive's readers do."""
+
+    metastore: HiveMetastore
+    txn_id: int
+    lock_id: int
+
+    def release(self) -> None:
+        self.metastore.commit_txn(self.txn_id)
+
+
+def start_reader(metastore: HiveMetastore, table: Table, *, partition_level: bool = False) -> Reader:
+    txn = metastore.open_txn()
+    component = LockRequestComponent(table.db, table.name, table.partition if partition_level else None)
+    result = metastore.lock([component], txn_id=txn)
+    assert result.acquired, result
+    return Reader(metastore, txn, result.lock_id)
+
+
+# -- Kafka -----------------------------------------------------------------------------------------
+
+
+def publish(settings: Settings, *events: Any) -> None:
+    """Publish events to the topics they belong on (acknowledged before returning)."""
+    with KafkaEventBus(settings.kafka) as bus:
+        for event in events:
+            topic = settings.topic("cleanup_delay" if isinstance(event, DelayEnvelope) else "vacuum_committed")
+            bus.publish(topic, event)
+
+
+class Watcher:
+    """Reads the cleaner's output topics from the beginning in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        ensure_topics(settings, ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter"))
+        self.settings = settings
+        self.events: list[tuple[str, Event, float]] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": f"watch-{uuid.uuid4().hex}",
+                "enable.auto.commit": "false",
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": "10",
+            }
+        )
+        self._topics = {settings.topic(name): name for name in ("cleanup_delay", "cleanup_done", "dead_letter")}
+        metadata = self._consumer.list_topics(timeout=10)
+        self._consumer.assign(
+            [TopicPartition(topic, p, 0) for topic in self._topics for p in metadata.topics[topic].partitions]
+        )
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for message in self._consumer.consume(100, 0.05):
+                if message.error():
+                    continue
+                event = decode(raw_record(message), rejected_by="watcher", tenant=TENANT)
+                with self._lock:
+                    self.events.append((self._topics[message.topic()], event, time.time()))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+    def of(self, kind: str, vacuum: VacuumCommitted | None = None) -> list[Any]:
+        with self._lock:
+            found = [event for topic, event, _ in self.events if topic == kind]
+        if vacuum is not None:
+            found = [event for event in found if getattr(event, "correlation_id", None) == vacuum.event_id]
+        return found
+
+    def done(self, vacuum: VacuumCommitted) -> list[CleanupDone]:
+        return self.of("cleanup_done", vacuum)
+
+    def delays(self, vacuum: VacuumCommitted) -> list[DelayEnvelope]:
+        return self.of("cleanup_delay", vacuum)
+
+    def rejected(self, vacuum: VacuumCommitted) -> list[CleanupRejected]:
+        return self.of("dead_letter", vacuum)
+
+    def arrival(self, event_id: uuid.UUID) -> float | None:
+        with self._lock:
+            return next((at for _, event, at in self.events if getattr(event, "event_id", None) == event_id), None)
+
+    def wait_for(self, condition: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+# -- running a cleaner -------------------------------------------------------------------------------
+
+
+@contextmanager
+def running_cleaner(settings: Settings, options: CleanerOptions | None = None, **kwargs: Any) -> Iterator[Cleaner]:
+    """A cleaner in a background thread of this process, stopped (gracefully) on exit."""
+    cleaner = Cleaner(settings, options or CleanerOptions(cleaner_id=f"it-{uuid.uuid4().hex[:6]}"), **kwargs)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            cleaner.run()
+        except BaseException as error:  # surfaced to the test below
+            errors.append(error)
+
+    thread = threading.Thread(target=run, name="cleaner", daemon=True)
+    thread.start()
+    try:
+        yield cleaner
+    finally:
+        cleaner.stop()
+        thread.join(60)
+        assert not thread.is_alive(), "the cleaner did not stop within 60 s"
+        if errors:
+            raise errors[0]
+
+
+@dataclass
+class CleanerProcess:
+    """A cleaner run as ``acidclean cleaner`` in a subprocess (stopped by its pid)."""
+
+    process: subprocess.Popen[bytes]
+    log_file: Path
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait(10)
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+
+def start_cleaner_process(
+    settings: Settings,
+    log_file: Path,
+    *,
+    crash_at: str | None = None,
+    cleaner_id: str = "e2e",
+    extra_env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> CleanerProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACIDCLEAN_")}
+    env.update(settings_environment(settings))
+    env.update(extra_env or {})
+    if crash_at:
+        env["ACIDCLEAN_CRASH_AT"] = crash_at
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from acidclean.cli import main; main()",
+                "cleaner",
+                "--cleaner-id",
+                cleaner_id,
+                *args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    return CleanerProcess(process, log_file)
+
+
+def metastore_kind(metastore: HiveMetastore) -> MetastoreKind:
+    return metastore.kind

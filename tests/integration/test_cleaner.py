@@ -1,0 +1,267 @@
+"""The cleaner against the real stack: Kafka, the Hive Metastore, real locks and real files.
+
+Each test has its own topics (prefix), consumer group and table directories; the cleaner runs in a
+thread of the test process with a 300 ms interval.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.orc as pa_orc
+import pytest
+from cleaner_support import (
+    OTHER_TENANT,
+    Table,
+    Watcher,
+    cleaner_settings,
+    create_table,
+    publish,
+    running_cleaner,
+    start_reader,
+)
+
+from acidclean.consumers.cleaner import CleanerOptions
+from acidclean.deploy.local.process import free_port
+from acidclean.shared.acid.names import delta_name
+from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.settings import Settings
+
+pytestmark = pytest.mark.integration
+INTERVAL_S = 0.3
+
+
+@pytest.fixture
+def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
+    with HiveMetastore(metastore_uri) as client:
+        yield client
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, metastore_uri: str, root: Path, unique_name: str) -> Settings:
+    return cleaner_settings(kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=int(INTERVAL_S * 1000))
+
+
+@pytest.fixture
+def watcher(settings: Settings) -> Iterator[Watcher]:
+    watching = Watcher(settings)
+    yield watching
+    watching.close()
+
+
+def readable(table: Table, names: list[str]) -> bool:
+    """Every bucket file of ``names`` opens and reads as ORC."""
+    for name in names:
+        pa_orc.read_table(str(table.location / name / "bucket_00000"))
+    return True
+
+
+def test_seed_story_reader_before_the_vacuum_delays_then_the_cleanup_follows_its_release(
+    metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
+) -> None:
+    table = create_table(metastore, root, unique_name)
+    singles = table.commit_deltas(3)
+    reader = start_reader(metastore, table)  # locks before it lists, before the vacuum commits
+    vacuum = table.minor_vacuum()
+    assert [entry.lock_id for entry in vacuum.lock_snapshot] == [reader.lock_id]
+    port = free_port()
+    with running_cleaner(settings, CleanerOptions(cleaner_id="it-seed", metrics_port=port)):
+        publish(settings, vacuum)
+        watcher.wait_for(lambda: len(watcher.delays(vacuum)) >= 2, 20, "two requeues")
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # the reader's files stay readable the whole time
+            assert readable(table, singles)
+            time.sleep(0.1)
+        assert watcher.done(vacuum) == []
+        assert set(singles) <= set(table.children())
+        released = time.time()
+        reader.release()
+        [done] = watcher.wait_for(lambda: watcher.done(vacuum), 10, "CleanupDone")
+        gone_within = watcher.arrival(done.event_id) - released  # type: ignore[operator]
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert gone_within <= INTERVAL_S + 1.0, gone_within
+    assert table.children() == [delta_name(min(table.write_ids), max(table.write_ids))]
+    assert [(d.name, d.file_count) for d in done.directories_removed] == [(name, 2) for name in singles]
+    assert all(d.bytes > 0 for d in done.directories_removed)
+    assert done.attempts >= 2 and done.cleaner_id == "it-seed"
+    assert [e.lock_id for e in watcher.delays(vacuum)[0].locks_held] == [reader.lock_id]
+    assert 'acidclean_cleaner_events_total{outcome="cleaned"} 1.0' in metrics
+    assert "acidclean_cleaner_lateness_seconds_bucket" in metrics
+
+
+def test_reader_that_locked_after_the_vacuum_does_not_delay_the_cleanup(
+    metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
+) -> None:
+    table = create_table(metastore, root, unique_name)
+    table.commit_deltas(3)
+    vacuum = table.minor_vacuum()
+    late_reader = start_reader(metastore, table)  # listed after the rename: reads the new delta
+    try:
+        with running_cleaner(settings):
+            publish(settings, vacuum)
+            [done] = watcher.wait_for(lambda: watcher.done(vacuum), 15, "CleanupDone")
+        assert done.attempts == 1 and len(done.directories_removed) == 3
+        assert watcher.delays(vacuum) == []
+    finally:
+        late_reader.release()
+
+
+def test_a_table_level_reader_holds_back_every_partition_and_one_show_locks_serves_them_all(
+    metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
+) -> None:
+    partitions = [create_table(metastore, root, unique_name, partition="ds=1")]
+    for value in (2, 3):
+        uri = metastore.add_partition(partitions[0].db, unique_name, f"ds={value}")
+        location = Path(uri.removeprefix("file:"))
+        location.mkdir(parents=True, exist_ok=True)
+        partitions.append(Table(metastore, partitions[0].db, unique_name, location, f"ds={value}"))
+    for table in partitions:
+        table.commit_deltas(2)
+    reader = start_reader(metastore, partitions[0])  # one lock on the whole table
+    vacuums = [table.minor_vacuum() for table in partitions]
+    counting = CountingMetastore(settings.metastore_uris)
+    with running_cleaner(settings, metastore_factory=counting.client):
+        publish(settings, *vacuums)
+        watcher.wait_for(lambda: all(len(watcher.delays(v)) >= 4 for v in vacuums), 30, "four rounds of checks")
+        assert all(watcher.done(v) == [] for v in vacuums)
+        reader.release()
+        watcher.wait_for(lambda: all(watcher.done(v) for v in vacuums), 15, "three CleanupDone")
+    rounds = max(envelope.attempt for v in vacuums for envelope in watcher.delays(v)) + 1
+    assert counting.calls["show_locks"] <= rounds + 2, (counting.calls, rounds)  # not 3 per round
+    for table in partitions:
+        assert table.children() == [delta_name(min(table.write_ids), max(table.write_ids))]
+
+
+def test_a_waiting_table_never_blocks_another_tables_cleanup(
+    metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
+) -> None:
+    waiting = create_table(metastore, root, unique_name + "w")
+    waiting.commit_deltas(2)
+    reader = start_reader(metastore, waiting)
+    blocked = waiting.minor_vacuum()
+    free = create_table(metastore, root, unique_name + "f")
+    free.commit_deltas(2)
+    try:
+        with running_cleaner(settings):
+            publish(settings, blocked)
+            watcher.wait_for(lambda: watcher.delays(blocked), 15, "a delay")
+            vacuum = free.minor_vacuum()
+            published = time.time()
+            publish(settings, vacuum)
+            [done] = watcher.wait_for(lambda: watcher.done(vacuum), 10, "the free table's CleanupDone")
+            # Blocked would mean never (the reader holds its lock to the end); on a loaded 2-core box
+            # a few hundred ms of scheduling noise is normal, hence the margin.
+            assert watcher.arrival(done.event_id) - published < 3.0  # type: ignore[operator]
+            assert watcher.done(blocked) == []
+    finally:
+        reader.release()
+
+
+def test_unsafe_or_invalid_events_go_to_the_dead_letter_topic_and_delete_nothing(
+    metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
+) -> None:
+    outside = root / "outside" / "victim"
+    outside.mkdir(parents=True)
+    (outside / "precious").write_text("keep me")
+    cases: dict[str, tuple[Any, Table]] = {}
+
+    traversal = create_table(metastore, root, unique_name + "a")
+    traversal.commit_deltas(3)
+    cases["unsafe_path"] = (traversal.minor_vacuum(obsolete=[delta_name(1, 1, 0) + "/../../../outside"]), traversal)
+
+    other = create_table(metastore, root, unique_name + "b", tenant=OTHER_TENANT)
+    other.commit_deltas(3)
+    other.tenant = "acme"  # an acme event pointing into globex's root
+    cases["other_tenant"] = (other.minor_vacuum(), other)
+
+    linked = create_table(metastore, root, unique_name + "c")
+    singles = linked.commit_deltas(3)
+    os.rename(linked.location / singles[1], root / "outside" / "moved")
+    os.symlink(outside, linked.location / singles[1])  # a delta that leads out of the table
+    cases["symlink"] = (linked.minor_vacuum(), linked)
+
+    unknown = create_table(metastore, root, unique_name + "d")
+    unknown.commit_deltas(3)
+    cases["unknown_table"] = (unknown.minor_vacuum(table=f"{unknown.db}.{unique_name}zz"), unknown)
+
+    uncovered = create_table(metastore, root, unique_name + "e")
+    uncovered.commit_deltas(3)
+    event = uncovered.minor_vacuum()
+    (uncovered.location / event.new_directories[0]).rename(uncovered.location / "_tmp_lost")  # nothing covers them
+    cases["not_obsolete"] = (event, uncovered)
+
+    before = {name: table.children() for name, (_, table) in cases.items()}
+    with running_cleaner(settings):
+        publish(settings, *(event for event, _ in cases.values()))
+        watcher.wait_for(lambda: all(watcher.rejected(e) for e, _ in cases.values()), 20, "five dead letters")
+    codes = {name: watcher.rejected(e)[0].reason_code for name, (e, _) in cases.items()}
+    assert codes == {
+        "unsafe_path": "unsafe_path",
+        "other_tenant": "other_tenant",
+        "symlink": "unsafe_path",
+        "unknown_table": "unknown_table",
+        "not_obsolete": "not_obsolete",
+    }
+    assert "symbolic link" in watcher.rejected(cases["symlink"][0])[0].reason
+    for name, (e, table) in cases.items():
+        assert table.children() == before[name], name
+        assert watcher.done(e) == []
+    assert (outside / "precious").read_text() == "keep me"
+
+
+def test_a_table_dropped_meanwhile_reports_done_with_nothing_removed(
+    metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
+) -> None:
+    table = create_table(metastore, root, unique_name)
+    table.commit_deltas(2)
+    vacuum = table.minor_vacuum()
+    metastore.drop_table(table.db, table.name, delete_data=True)
+    if table.location.exists():  # the metastore removes a managed table's data; make sure
+        import shutil
+
+        shutil.rmtree(table.location)
+    with running_cleaner(settings):
+        publish(settings, vacuum)
+        [done] = watcher.wait_for(lambda: watcher.done(vacuum), 15, "CleanupDone")
+    assert done.directories_removed == [] and "dropped" in (done.note or "")
+    assert watcher.rejected(vacuum) == []
+
+
+class CountingMetastore:
+    """Real metastore clients that count the calls the cleaner makes."""
+
+    def __init__(self, uris: str) -> None:
+        from collections import Counter
+
+        self.uris = uris
+        self.calls: Counter[str] = Counter()
+
+    def client(self) -> Any:
+        counter = self.calls
+        real = HiveMetastore(self.uris, 3.0)
+
+        class Counting:
+            kind = property(lambda _self: real.kind)
+
+            def __getattr__(self, name: str) -> Any:
+                attribute = getattr(real, name)
+                if callable(attribute):
+
+                    def call(*args: Any, **kwargs: Any) -> Any:
+                        counter[name] += 1
+                        return attribute(*args, **kwargs)
+
+                    return call
+                return attribute
+
+        return Counting()
