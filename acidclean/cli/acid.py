@@ -8,22 +8,23 @@ as JSON lines or CSV, or their count.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 import click
 import pyarrow as pa
 import pyarrow.csv as pa_csv
+import pyarrow.fs as pafs
 
 from acidclean.shared.acid.names import is_hidden, parse_directory_name
 from acidclean.shared.acid.reader import list_table_dir, read_state
-from acidclean.shared.acid.state import Listing
+from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.state import acid_state as compute_acid_state
 from acidclean.shared.acid.write_ids import ValidCleanerWriteIdList, ValidIdList, ValidTxnList, ValidWriteIdList
 from acidclean.shared.filesystem import open_location
-
-_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
 def _ids(value: str | None) -> list[int]:
@@ -35,7 +36,35 @@ def _ids(value: str | None) -> list[int]:
         raise click.BadParameter(f"{value!r} is not a comma-separated list of ids") from error
 
 
-def _snapshot_options(command: _Command) -> _Command:
+@dataclass(frozen=True)
+class _SnapshotFlags:
+    high_watermark: int | None
+    open_ids: list[int]
+    aborted_ids: list[int]
+    min_open_write_id: int | None
+    cleaner: bool
+    valid_txns: str | None
+
+
+def _snapshot_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add the snapshot flags both commands share; the command receives them as ``snapshot``."""
+
+    @functools.wraps(command)
+    def with_snapshot(
+        *args: Any,
+        high_watermark: int | None,
+        open_ids: str | None,
+        aborted_ids: str | None,
+        min_open_write_id: int | None,
+        cleaner: bool,
+        valid_txns: str | None,
+        **kwargs: Any,
+    ) -> None:
+        flags = _SnapshotFlags(
+            high_watermark, _ids(open_ids), _ids(aborted_ids), min_open_write_id, cleaner, valid_txns
+        )
+        command(*args, snapshot=flags, **kwargs)
+
     options = [
         click.option("--high-watermark", type=int, help="Highest write id of the snapshot (default: the listing's)."),
         click.option("--open", "open_ids", metavar="IDS", help="Open write ids, comma-separated."),
@@ -49,9 +78,10 @@ def _snapshot_options(command: _Command) -> _Command:
             "(default: all).",
         ),
     ]
+    decorated: Callable[..., None] = with_snapshot
     for option in reversed(options):
-        command = option(command)
-    return command
+        decorated = option(decorated)
+    return decorated
 
 
 def _highest_write_id_in(listing: Listing) -> int:
@@ -63,42 +93,35 @@ def _highest_write_id_in(listing: Listing) -> int:
     return highest
 
 
-def _snapshot(
-    listing: Listing,
-    high_watermark: int | None,
-    open_ids: str | None,
-    aborted_ids: str | None,
-    min_open_write_id: int | None,
-    cleaner: bool,
-) -> ValidIdList:
-    opened, aborted = _ids(open_ids), _ids(aborted_ids)
+@dataclass(frozen=True)
+class _Loaded:
+    fs: pafs.FileSystem
+    listing: Listing
+    valid_ids: ValidIdList
+    state: AcidState
+
+
+def _load(directory: str, flags: _SnapshotFlags) -> _Loaded:
+    """List the directory and compute its state for the snapshot the flags describe."""
+    location = open_location(directory)
+    listing = list_table_dir(location.fs.arrow, location.path)
+    high_watermark = flags.high_watermark
     if high_watermark is None:
-        high_watermark = max([_highest_write_id_in(listing), *opened, *aborted])
-    kind = ValidCleanerWriteIdList if cleaner else ValidWriteIdList
-    return kind.from_ids(high_watermark, opened, aborted, min_open_write_id=min_open_write_id)
-
-
-def _txns(valid_txns: str | None) -> ValidTxnList | None:
-    return ValidTxnList.from_string(valid_txns) if valid_txns else None
+        high_watermark = max([_highest_write_id_in(listing), *flags.open_ids, *flags.aborted_ids])
+    kind = ValidCleanerWriteIdList if flags.cleaner else ValidWriteIdList
+    valid_ids = kind.from_ids(
+        high_watermark, flags.open_ids, flags.aborted_ids, min_open_write_id=flags.min_open_write_id
+    )
+    valid_txns = ValidTxnList.from_string(flags.valid_txns) if flags.valid_txns else None
+    return _Loaded(location.fs.arrow, listing, valid_ids, compute_acid_state(listing, valid_ids, valid_txns))
 
 
 @click.command("acid-state")
 @click.argument("directory")
 @_snapshot_options
-def acid_state(
-    directory: str,
-    high_watermark: int | None,
-    open_ids: str | None,
-    aborted_ids: str | None,
-    min_open_write_id: int | None,
-    cleaner: bool,
-    valid_txns: str | None,
-) -> None:
+def acid_state(directory: str, snapshot: _SnapshotFlags) -> None:
     """Print what a snapshot of DIRECTORY reads and what is obsolete, as one JSON object."""
-    location = open_location(directory)
-    listing = list_table_dir(location.fs.arrow, location.path)
-    valid_ids = _snapshot(listing, high_watermark, open_ids, aborted_ids, min_open_write_id, cleaner)
-    state = compute_acid_state(listing, valid_ids, _txns(valid_txns))
+    state = _load(directory, snapshot).state
     click.echo(
         json.dumps(
             {
@@ -133,12 +156,7 @@ def _print_rows(rows: pa.Table, output_format: str) -> None:
 @click.option("--format", "output_format", type=click.Choice(["jsonl", "csv"]), help="Print the rows.")
 def scan(
     directory: str,
-    high_watermark: int | None,
-    open_ids: str | None,
-    aborted_ids: str | None,
-    min_open_write_id: int | None,
-    cleaner: bool,
-    valid_txns: str | None,
+    snapshot: _SnapshotFlags,
     columns: str | None,
     with_row_id: bool,
     count_only: bool,
@@ -147,13 +165,11 @@ def scan(
     """Print the rows of DIRECTORY a snapshot sees (--format jsonl|csv) or their number (--count)."""
     if count_only == (output_format is not None):
         raise click.UsageError("give exactly one of --count and --format")
-    location = open_location(directory)
-    fs = location.fs.arrow
-    listing = list_table_dir(fs, location.path)
-    valid_ids = _snapshot(listing, high_watermark, open_ids, aborted_ids, min_open_write_id, cleaner)
-    state = compute_acid_state(listing, valid_ids, _txns(valid_txns))
+    loaded = _load(directory, snapshot)
     selected = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
-    rows = read_state(fs, listing, state, valid_ids, columns=selected, with_row_id=with_row_id)
+    rows = read_state(
+        loaded.fs, loaded.listing, loaded.state, loaded.valid_ids, columns=selected, with_row_id=with_row_id
+    )
     if count_only:
         click.echo(rows.num_rows)
     else:

@@ -16,8 +16,9 @@ Directory grammar (:mod:`.names`)
 Valid id lists (:mod:`.write_ids`)
     :class:`ValidWriteIdList` (reader), :class:`ValidCompactorWriteIdList`,
     :class:`ValidCleanerWriteIdList`, and Hive 2's :class:`ValidTxnList` /
-    :class:`ValidCompactorTxnList`; each has ``from_string`` / ``to_string`` in Hive's form
-    (``table:hwm:minOpenWriteId:open:aborted``; transaction lists without the table), ``from_ids``,
+    :class:`ValidCompactorTxnList` / :class:`ValidCleanerTxnList`; each has ``from_string`` /
+    ``to_string`` in Hive's form (``table:hwm:minOpenWriteId:open:aborted``; transaction lists
+    without the table), ``from_ids``,
     ``all_committed``, ``is_write_id_valid``, ``is_write_id_range_valid`` -> :class:`RangeResponse`.
 
 State (:mod:`.state`)
@@ -66,6 +67,7 @@ from acidclean.shared.acid.names import (
 from acidclean.shared.acid.state import AcidState, ListedFile, Listing, acid_state, obsolete_dirs
 from acidclean.shared.acid.write_ids import (
     RangeResponse,
+    ValidCleanerTxnList,
     ValidCleanerWriteIdList,
     ValidCompactorTxnList,
     ValidCompactorWriteIdList,
@@ -87,6 +89,7 @@ __all__ = [
     "Listing",
     "ParsedDirectory",
     "RangeResponse",
+    "ValidCleanerTxnList",
     "ValidCleanerWriteIdList",
     "ValidCompactorTxnList",
     "ValidCompactorWriteIdList",

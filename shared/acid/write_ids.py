@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import ClassVar, TypeVar
 
-from acidclean.shared.acid.names import LONG_MAX, LONG_MIN
+from acidclean.shared.acid.names import LONG_MAX
 from acidclean.shared.errors import AcidLayoutError
 
 _ListT = TypeVar("_ListT", bound="ValidIdList")
@@ -220,9 +220,9 @@ class ValidCompactorWriteIdList(ValidWriteIdList):
         return self._contains(self.exceptions, write_id)
 
 
-class ValidCleanerWriteIdList(ValidWriteIdList):
-    """The cleaner's list (Hive 4's ``ValidCleanerWriteIdList``): the reader list, except that a
-    range reaching above the watermark is NONE and no id above the watermark counts as aborted."""
+class _CleanerRangeRule(ValidIdList):
+    """HIVE-27526's rule, shared by the write-id and the transaction-id cleaner lists: a range
+    reaching above the watermark is NONE and no id above the watermark counts as aborted."""
 
     def is_write_id_range_valid(self, min_write_id: int, max_write_id: int) -> RangeResponse:
         if max_write_id > self.high_watermark:
@@ -231,6 +231,11 @@ class ValidCleanerWriteIdList(ValidWriteIdList):
 
     def is_write_id_aborted(self, write_id: int) -> bool:
         return write_id <= self.high_watermark and super().is_write_id_aborted(write_id)
+
+
+class ValidCleanerWriteIdList(_CleanerRangeRule, ValidWriteIdList):
+    """The cleaner's list (Hive 4's ``ValidCleanerWriteIdList``): the reader list, except that a
+    range reaching above the watermark is NONE and no id above the watermark counts as aborted."""
 
 
 class ValidTxnList(ValidIdList):
@@ -253,6 +258,11 @@ class ValidTxnList(ValidIdList):
         return self.is_write_id_aborted(txn_id)
 
 
+class ValidCleanerTxnList(_CleanerRangeRule, ValidTxnList):
+    """The cleaner's rule over a Hive 2 transaction list (Hive 2 had no such class; this is what its
+    capped reader list would need to leave everything above the vacuum alone)."""
+
+
 class ValidCompactorTxnList(ValidTxnList):
     """Hive 2's compactor transaction list: ALL for ranges at or below the watermark, else NONE."""
 
@@ -262,16 +272,3 @@ class ValidCompactorTxnList(ValidTxnList):
 
     def is_write_id_range_valid(self, min_write_id: int, max_write_id: int) -> RangeResponse:
         return RangeResponse.ALL if self.high_watermark >= max_write_id else RangeResponse.NONE
-
-
-__all__ = [
-    "LONG_MAX",
-    "LONG_MIN",
-    "RangeResponse",
-    "ValidCleanerWriteIdList",
-    "ValidCompactorTxnList",
-    "ValidCompactorWriteIdList",
-    "ValidIdList",
-    "ValidTxnList",
-    "ValidWriteIdList",
-]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from acidclean.shared.acid.names import LONG_MAX
 from acidclean.shared.acid.write_ids import (
     RangeResponse,
+    ValidCleanerTxnList,
     ValidCleanerWriteIdList,
     ValidCompactorTxnList,
     ValidCompactorWriteIdList,
@@ -192,3 +193,12 @@ def test_range_answers_agree_with_checking_every_id(
     expected_aborted = NONE if low > hwm or not any(was_aborted) else ALL if all(was_aborted) else SOME
     assert ids.is_write_id_range_aborted(low, high) is expected_aborted
     assert ids.all_write_ids_valid(low, high) is all(valid)
+
+
+def test_hive2_cleaner_transaction_list_applies_the_cleaner_rule_without_a_table_name() -> None:
+    txns = ValidCleanerTxnList.from_ids(50, aborted_ids=[3])
+    assert txns.is_write_id_range_valid(40, 60) is NONE
+    assert txns.is_write_id_range_valid(40, 50) is ALL
+    assert txns.is_write_id_aborted(3) and not ValidCleanerTxnList(5, aborted_ids=(8,)).is_write_id_aborted(8)
+    assert txns.to_string() == "50:9223372036854775807::3"
+    assert txns.hive2_base_rules
