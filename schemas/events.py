@@ -139,7 +139,11 @@ class RawHeader(StrictModel):
 
 
 class SourceRecord(StrictModel):
-    """A Kafka record exactly as it was read, bytes base64-encoded."""
+    """A Kafka record as it was read, bytes base64-encoded.
+
+    Bytes beyond a limit are cut (``truncated``), so that a dead letter always fits in a Kafka
+    message: a dead letter too large to publish would stop its consumer for good.
+    """
 
     topic: str = Field(max_length=1024)
     partition: int = Field(ge=0)
@@ -148,6 +152,8 @@ class SourceRecord(StrictModel):
     key_b64: str | None
     value_b64: str | None
     headers: list[RawHeader]
+    value_size: int | None = Field(default=None, ge=0, description="Size of the original value in bytes.")
+    truncated: bool = Field(default=False, description="Some key, value or header bytes were cut.")
 
 
 RejectionCode = Literal[

@@ -60,6 +60,11 @@ DUE_AT = "x-due-at"
 ATTEMPT = "x-attempt"
 DEFAULT_SOURCE = "/acidclean"
 MAX_REASON = 2000
+# A dead letter must fit in one Kafka message (message.max.bytes is 1 MB by default) after base64.
+MAX_RAW_VALUE = 256 * 1024
+MAX_RAW_KEY = 16 * 1024
+MAX_RAW_HEADER = 16 * 1024
+MAX_RAW_HEADERS = 64
 
 _TENANT = re.compile(TENANT_PATTERN)
 _TABLE = re.compile(TABLE_PATTERN)
@@ -265,15 +270,27 @@ def _b64(data: bytes | None) -> str | None:
 
 
 def source_record(record: RawRecord) -> SourceRecord:
-    """The raw record as carried by a ``CleanupRejected``."""
+    """The raw record as carried by a ``CleanupRejected``, cut to fit in one Kafka message."""
+    key, value = record.key, record.value
+    headers = list(record.headers[:MAX_RAW_HEADERS])
+    truncated = len(record.headers) > MAX_RAW_HEADERS
+    if key is not None and len(key) > MAX_RAW_KEY:
+        key, truncated = key[:MAX_RAW_KEY], True
+    if value is not None and len(value) > MAX_RAW_VALUE:
+        value, truncated = value[:MAX_RAW_VALUE], True
+    for index, (name, header) in enumerate(headers):
+        if header is not None and len(header) > MAX_RAW_HEADER:
+            headers[index], truncated = (name, header[:MAX_RAW_HEADER]), True
     return SourceRecord(
         topic=record.topic[:1024],
         partition=max(record.partition, 0),
         offset=max(record.offset, 0),
         timestamp_ms=record.timestamp_ms,
-        key_b64=_b64(record.key),
-        value_b64=_b64(record.value),
-        headers=[RawHeader(name=name[:1024], value_b64=_b64(value)) for name, value in record.headers],
+        key_b64=_b64(key),
+        value_b64=_b64(value),
+        headers=[RawHeader(name=name[:1024], value_b64=_b64(header)) for name, header in headers],
+        value_size=None if record.value is None else len(record.value),
+        truncated=truncated,
     )
 
 

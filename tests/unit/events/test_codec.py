@@ -276,3 +276,22 @@ def test_raw_record_copies_a_consumed_message() -> None:
     record = raw_record(FakeMessage(b"k", "v", [("h", b"1"), ("n", None)], (1, 1234)))
     assert record == RawRecord("t", 1, 9, b"k", b"v", (("h", b"1"), ("n", None)), 1234)
     assert raw_record(FakeMessage(None, None, None, (0, 0))).timestamp_ms is None
+
+
+def test_a_huge_record_is_cut_so_its_dead_letter_still_fits_in_a_kafka_message() -> None:
+    record = replace(
+        as_consumed(encode(vacuum())),
+        key=b"k" * 100_000,
+        value=b"x" * 2_000_000,
+        headers=tuple((f"h{i}", b"v" * 50_000) for i in range(100)),
+    )
+    result = decoded(record)
+    assert _code(result) == "unknown_event_type"  # the 100 headers replaced the CloudEvents ones
+    assert result.source.truncated and result.source.value_size == 2_000_000
+    assert len(encode(result).value) < 900_000
+    assert base64.b64decode(result.source.value_b64 or "") == b"x" * 256 * 1024
+
+
+def test_a_normal_record_is_kept_whole() -> None:
+    result = decoded(replace(as_consumed(encode(vacuum())), value=b"nope"))
+    assert not result.source.truncated and result.source.value_size == 4
