@@ -244,6 +244,18 @@ def _open(fs: pafs.FileSystem, data_file: DataFile) -> _OpenFile:
     return _OpenFile(data_file, orc, None, list(schema))
 
 
+def _side_file_version(fs: pafs.FileSystem, path: str) -> int:
+    text = _read_small_file(fs, path).decode(errors="replace").strip()
+    if not text.isdigit():
+        raise UnreadableFileError(f"{path} holds {text!r}, not an ACID version number")
+    return int(text)
+
+
+def _metadata_version(orc: pa_orc.ORCFile) -> int | None:
+    value = dict(orc.metadata or {}).get(ACID_VERSION_METADATA_KEY.encode())
+    return int(value) if value is not None and value.strip().isdigit() else None
+
+
 def read_acid_version(fs: pafs.FileSystem, data_file: str, listing: Listing | None = None) -> int:
     """The ACID version of a data file: the ``_orc_acid_version`` side file of its directory, else the
     ORC user metadata ``hive.acid.version``, else the schema (ACID columns: 2, otherwise 0 = raw).
@@ -256,15 +268,11 @@ def read_acid_version(fs: pafs.FileSystem, data_file: str, listing: Listing | No
     else:
         has_side_file = fs.get_file_info(side_file).type == pafs.FileType.File
     if has_side_file:
-        text = _read_small_file(fs, side_file).decode(errors="replace").strip()
-        if text.isdigit():
-            return int(text)
-        raise UnreadableFileError(f"{side_file} holds {text!r}, not an ACID version number")
+        return _side_file_version(fs, side_file)
     opened = _open(fs, DataFile(data_file, data_file, ORIGINAL, None))
-    metadata = opened.orc.metadata or {}
-    value = dict(metadata).get(ACID_VERSION_METADATA_KEY.encode())
-    if value is not None and value.strip().isdigit():
-        return int(value)
+    version = _metadata_version(opened.orc)
+    if version is not None:
+        return version
     return ORC_ACID_VERSION if opened.is_acid else 0
 
 
@@ -361,12 +369,16 @@ class _SnapshotReader:
     def __init__(
         self,
         fs: pafs.FileSystem,
+        listing: Listing,
         valid_ids: ValidIdList,
         layout: _RowLayout,
         need_identity: bool,
         with_row_id: bool,
     ) -> None:
         self.fs = fs
+        self.location = listing.location
+        self.listed_paths = {f.path for f in listing.files}
+        self.side_file_versions: dict[str, int] = {}
         self.valid_ids = valid_ids
         self.layout = layout
         self.need_identity = need_identity
@@ -412,10 +424,18 @@ class _SnapshotReader:
         return self._assemble(arrays, table.num_rows)
 
     def _may_hold_update_events(self, opened: _OpenFile) -> bool:
-        # Only ACID version 1 files hold update events; reading the version costs a metadata lookup.
-        metadata = dict(opened.orc.metadata or {})
-        value = metadata.get(ACID_VERSION_METADATA_KEY.encode())
-        return value is not None and value.strip().isdigit() and int(value) < ORC_ACID_VERSION
+        """Update events exist only before ACID version 2 (split update). Unless the side file or the
+        metadata says version 2 or later, the operation column is checked as well."""
+        directory = opened.data_file.directory
+        version = None
+        if directory is not None:
+            side_file = f"{directory.name}/{ORC_ACID_VERSION_FILE}"
+            if side_file not in self.side_file_versions and side_file in self.listed_paths:
+                self.side_file_versions[side_file] = _side_file_version(self.fs, _join(self.location, side_file))
+            version = self.side_file_versions.get(side_file)
+        if version is None:
+            version = _metadata_version(opened.orc)
+        return version is None or version < ORC_ACID_VERSION
 
     def read_raw(self, opened: _OpenFile) -> pa.Table:
         """A file without ACID columns: an original file, or a base/delta written by LOAD DATA."""
@@ -535,7 +555,7 @@ def read_state(
     delete_tables = [_read_delete_events(o, valid_ids) for o in delete_files]
     deletes = pa.concat_tables(delete_tables) if delete_tables else IDENTITY_SCHEMA.empty_table()
     need_identity = with_row_id or deletes.num_rows > 0
-    reader = _SnapshotReader(fs, valid_ids, layout, need_identity, with_row_id)
+    reader = _SnapshotReader(fs, listing, valid_ids, layout, need_identity, with_row_id)
     parts = [reader.read_acid(o) if o.is_acid else reader.read_raw(o) for o in data]
     if not parts:
         empty_fields = [layout.fields[p] for p in layout.selected]

@@ -194,7 +194,7 @@ def write_acid_file(
     metadata = None if acid_version is None else {ACID_VERSION_METADATA_KEY: str(acid_version).encode()}
     write_orc_with_metadata(fs, path, events, user_metadata=metadata, column_names=names, compression=compression)
     if side_file:
-        write_acid_version_file(fs, path.rsplit("/", 1)[0])
+        write_acid_version_file(fs, path.rsplit("/", 1)[0], ORC_ACID_VERSION if acid_version is None else acid_version)
 
 
 def write_bucket_file(

@@ -219,10 +219,14 @@ def test_hive_internal_row_names_are_read_as_written(table: TableWriter) -> None
     assert read_snapshot(table.fs, table.path, committed(1)).column_names == ["_col0", "_col1"]
 
 
-def test_update_events_of_acid_version_1_are_refused(table: TableWriter) -> None:
+@pytest.mark.parametrize(("version", "side_file"), [(1, True), (1, False), (None, False)])
+def test_update_events_of_files_not_known_to_be_version_2_are_refused(
+    table: TableWriter, version: int | None, side_file: bool
+) -> None:
     events = insert_events(rows(1), 1)
     events = events.set_column(0, "operation", pa.array([UPDATE_OPERATION], pa.int32()))
-    write_acid_file(table.fs, f"{table.path}/delta_0000001_0000001/bucket_00000", events, acid_version=1)
+    path = f"{table.path}/delta_0000001_0000001/bucket_00000"
+    write_acid_file(table.fs, path, events, acid_version=version, side_file=side_file)
     with pytest.raises(AcidLayoutError, match="ACID version 1"):
         ids(table, committed(1))
 
