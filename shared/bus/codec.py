@@ -63,8 +63,8 @@ MAX_REASON = 2000
 # A dead letter must fit in one Kafka message (message.max.bytes is 1 MB by default) after base64.
 MAX_RAW_VALUE = 256 * 1024
 MAX_RAW_KEY = 16 * 1024
-MAX_RAW_HEADER = 16 * 1024
-MAX_RAW_HEADERS = 64
+MAX_RAW_HEADER = 4 * 1024
+MAX_RAW_HEADERS = 32
 
 _TENANT = re.compile(TENANT_PATTERN)
 _TABLE = re.compile(TABLE_PATTERN)
