@@ -69,6 +69,28 @@ class CleanerOptions:
     create_topics: bool = True
 
 
+# Consumer-only librdkafka settings: a producer would only warn that it ignores them.
+CONSUMER_ONLY_PREFIXES = (
+    "group.",
+    "session.timeout",
+    "heartbeat.",
+    "max.poll.",
+    "auto.offset.",
+    "enable.auto.",
+    "fetch.",
+    "isolation.level",
+    "partition.assignment",
+    "auto.commit",
+    "queued.",
+    "check.crcs",
+)
+
+
+def producer_settings(kafka: dict[str, str]) -> dict[str, str]:
+    """The Kafka settings without consumer-only properties, for the cleaner's producers."""
+    return {key: value for key, value in kafka.items() if not key.startswith(CONSUMER_ONLY_PREFIXES)}
+
+
 def cleaner_group_id(settings: Settings, dry_run: bool = False) -> str:
     """The consumer group of a tenant's cleaners."""
     return f"{settings.group_id}.{settings.tenant}" + (".dry-run" if dry_run else "")
@@ -128,7 +150,7 @@ class Cleaner:
         )
         self._bus_factory = bus_factory or (
             lambda: KafkaEventBus(
-                settings.kafka,
+                producer_settings(settings.kafka),
                 source=f"/acidclean/cleaner/{self.cleaner_id}",
                 delivery_timeout_s=15.0,
                 total_timeout_s=30.0,
@@ -187,6 +209,7 @@ class Cleaner:
         # A new vacuum or a resumed delay partition should not wait for a 500 ms fetch long-poll.
         config.setdefault("fetch.wait.max.ms", "100")
         config["on_commit"] = lambda error, partitions: self.loop.on_commit(error, partitions)
+        config["logger"] = logging.getLogger("acidclean.kafka")  # librdkafka's own logs, as JSON lines
         try:
             return cast(ConsumerLike, Consumer(config))
         except KafkaException as error:

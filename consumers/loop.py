@@ -207,7 +207,7 @@ class CleanerLoop:
             for state in self._states.values():
                 state.accepting = False
         self._wait_idle(list(self._states), timeout_s)
-        self._commit(asynchronous=False)
+        self._commit(asynchronous=False, force=True)
         self.consumer.close()  # leaves the group; the revoke callback finds nothing left to do
         log(LOGGER, logging.INFO, "cleaner stopped", cleaner_id=self.config.cleaner_id)
 
@@ -403,14 +403,17 @@ class CleanerLoop:
 
     # -- offsets -----------------------------------------------------------------------------------
 
-    def _commit(self, asynchronous: bool, only: Sequence[Partition] | None = None) -> None:
+    def _commit(self, asynchronous: bool, only: Sequence[Partition] | None = None, force: bool = False) -> None:
+        """Commit what moved. ``force`` commits synchronously even offsets an asynchronous commit
+        already carries, so they are stored before a partition is handed over (commits are sent in
+        order, so the synchronous one returning means the earlier ones were applied too)."""
         offsets = []
         for partition in only if only is not None else list(self._states):
             state = self._states.get(partition)
             if state is None:
                 continue
             committable = state.committable()
-            if committable is not None and (state.committed is None or committable > state.committed):
+            if committable is not None and (force or state.committed is None or committable > state.committed):
                 offsets.append(TopicPartition(partition[0], partition[1], committable))
                 state.committed = committable
         if not offsets:
@@ -457,7 +460,7 @@ class CleanerLoop:
                     state.accepting = False
         self._purge_lanes(set(revoked))
         self._wait_idle(revoked, self.config.revoke_timeout_s)
-        self._commit(asynchronous=False, only=revoked)
+        self._commit(asynchronous=False, only=revoked, force=True)
         self._forget(revoked)
         self._metrics.rebalances.labels("revoked").inc(len(partitions))
         log(LOGGER, logging.INFO, "partitions revoked", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
