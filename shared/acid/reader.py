@@ -474,10 +474,29 @@ class _SnapshotReader:
         return pa.Table.from_arrays(arrays, names=names)
 
 
-def _dense_positions(values: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each value's index in the sorted ``distinct`` values, and whether it is one of them."""
-    positions = np.minimum(np.searchsorted(distinct, values), len(distinct) - 1)
+def _dense_positions(values: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """Each value's index among the sorted ``distinct`` values (None when there is only one), and
+    whether it is one of them."""
+    if len(distinct) == 1:
+        return None, values == distinct[0]
+    positions = np.searchsorted(distinct, values)
+    np.minimum(positions, len(distinct) - 1, out=positions)
     return positions, distinct[positions] == values
+
+
+def _packed_keys(
+    txn_positions: np.ndarray | None, bucket_positions: np.ndarray | None, buckets: int, span: int, row_ids: np.ndarray
+) -> np.ndarray:
+    group: np.ndarray | None = None
+    if txn_positions is not None:
+        group = txn_positions.astype(np.int64) * buckets
+    if bucket_positions is not None:
+        group = bucket_positions.astype(np.int64) if group is None else group + bucket_positions
+    if group is None:
+        return row_ids
+    group *= span
+    group += row_ids
+    return group
 
 
 def _deleted_by_packed_key(rows: pa.Table, deletes: pa.Table) -> np.ndarray | None:
@@ -496,13 +515,23 @@ def _deleted_by_packed_key(rows: pa.Table, deletes: pa.Table) -> np.ndarray | No
     span = int(max(row_id.max(initial=0), del_id.max(initial=0))) + 1
     if min(row_id.min(initial=0), del_id.min(initial=0)) < 0 or len(txns) * len(buckets) * span >= 2**62:
         return None
-    txn_index, txn_known = _dense_positions(row_txn, txns)
-    bucket_index, bucket_known = _dense_positions(row_bucket, buckets)
-    key = (txn_index.astype(np.int64) * len(buckets) + bucket_index) * span + row_id
-    del_key = np.searchsorted(txns, del_txn).astype(np.int64) * len(buckets) + np.searchsorted(buckets, del_bucket)
-    del_key = del_key * span + del_id
-    result: np.ndarray = np.isin(key, del_key) & txn_known & bucket_known
-    return result
+    txn_positions, txn_known = _dense_positions(row_txn, txns)
+    bucket_positions, bucket_known = _dense_positions(row_bucket, buckets)
+    key = _packed_keys(txn_positions, bucket_positions, len(buckets), span, row_id)
+    del_txn_positions = None if len(txns) == 1 else np.searchsorted(txns, del_txn)
+    del_bucket_positions = None if len(buckets) == 1 else np.searchsorted(buckets, del_bucket)
+    del_key = _packed_keys(del_txn_positions, del_bucket_positions, len(buckets), span, del_id)
+    key_space = len(txns) * len(buckets) * span
+    if key_space <= max(2**24, 8 * (len(key) + len(del_key))):
+        # A lookup table over the key space: one scatter and one gather (np.isin sorts or hashes).
+        table = np.zeros(key_space, dtype=bool)
+        table[del_key] = True
+        deleted: np.ndarray = table[key]
+    else:
+        deleted = np.isin(key, del_key, kind="sort")
+    deleted &= txn_known
+    deleted &= bucket_known
+    return deleted
 
 
 def _deleted_by_join(rows: pa.Table, deletes: pa.Table) -> np.ndarray:

@@ -346,3 +346,16 @@ def test_huge_row_ids_fall_back_to_the_join_and_still_match_exactly() -> None:
     deletes = keys.slice(0, 1)
     assert _deleted_by_packed_key(keys, deletes) is None
     assert _deleted_rows(keys, deletes).tolist() == [True, False]
+
+
+def test_wide_row_id_spans_match_exactly_without_a_lookup_table() -> None:
+    keys = pa.table(
+        {
+            "originalTransaction": pa.array([1, 1, 2], pa.int64()),
+            "bucket": pa.array([B0, B0, B1], pa.int32()),
+            "rowId": pa.array([2**40, 5, 2**40], pa.int64()),
+        }
+    )
+    deletes = keys.slice(0, 1)
+    packed = _deleted_by_packed_key(keys, deletes)
+    assert packed is not None and packed.tolist() == [True, False, False]
