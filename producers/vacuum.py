@@ -351,10 +351,10 @@ def spark_session(master: str | None = None, app_name: str = "acidclean-vacuum")
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The spark-submit entry point: the ``acidclean vacuum`` command."""
-    from acidclean.cli.producers import vacuum
+    """The spark-submit entry point: ``acidclean vacuum`` with the same arguments and exit codes."""
+    from acidclean.cli import main as cli
 
-    vacuum.main(args=argv, prog_name="acidclean.producers.vacuum")
+    cli.main(args=["vacuum", *(sys.argv[1:] if argv is None else argv)], prog_name="acidclean")
 
 
 if __name__ == "__main__":
