@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,6 +35,13 @@ def _settings(config_file: Path | None) -> Settings:
 
 def _metastore(settings: Settings) -> HiveMetastore:
     return HiveMetastore(settings.metastore_uris, timeout_s=settings.metastore_timeout_s)
+
+
+def _names(names: Sequence[str], limit: int = 6) -> str:
+    """Names joined with commas; a long list keeps its ends and says how many are left out."""
+    if len(names) <= limit:
+        return ", ".join(names) or "(none)"
+    return f"{', '.join(names[:2])}, ... {len(names) - 4} more ..., {', '.join(names[-2:])}"
 
 
 def _info(text: str) -> None:
@@ -105,11 +112,11 @@ def vacuum(
     click.echo(f"committed {plan.compaction_type.value} vacuum of {plan.table}"
                f"{' partition ' + plan.partition if plan.partition else ''}: {', '.join(result.new_directories)}")
     click.echo(
-        f"  compacted {', '.join(plan.inputs)} ({plan.input_files} files, {format_bytes(result.bytes_read)})"
+        f"  compacted {_names(plan.inputs)} ({plan.input_files} files, {format_bytes(result.bytes_read)})"
         f" in {result.seconds:.1f} s: {result.rows_written} rows and {result.deletes_written} delete events in "
         f"{result.files_written} files, {format_bytes(result.bytes_written)}"
     )
-    click.echo(f"  obsolete now: {', '.join(plan.obsolete_after) or '(none)'}")
+    click.echo(f"  obsolete now: {_names(plan.obsolete_after)}")
     assert result.publish is not None
     locks = result.publish.event.lock_snapshot
     click.echo(f"  lock snapshot: {len(locks)} lock(s)" + "".join(f"\n    {lock.describe()}" for lock in locks))

@@ -32,6 +32,7 @@ def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
         yield client
 
 
+@pytest.mark.metastore  # CI runs this on Hive 3 too
 def test_each_commit_writes_one_delta_named_by_its_write_id_with_rows_in_hive_buckets(
     metastore: HiveMetastore, unique_name: str
 ) -> None:

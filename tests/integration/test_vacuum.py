@@ -62,6 +62,7 @@ def d(*ids: int, delete: bool = False, statement: bool = True) -> str:
     return f"{name}_0000" if statement else name
 
 
+@pytest.mark.metastore  # CI runs these on Hive 3 too
 def test_minor_then_major_vacuum_keep_every_row_with_its_identity_and_deleted_rows_stay_deleted(
     metastore: HiveMetastore, settings: Settings, spark: Any, unique_name: str
 ) -> None:
@@ -127,6 +128,7 @@ def test_a_partition_is_vacuumed_alone_and_its_event_names_it(
     assert event.partition == "ds=2026-01-01" and event.location.endswith("/ds=2026-01-01")
 
 
+@pytest.mark.metastore  # CI runs these on Hive 3 too
 def test_only_ids_below_an_open_transaction_are_compacted(
     metastore: HiveMetastore, settings: Settings, spark: Any, unique_name: str
 ) -> None:
@@ -210,6 +212,7 @@ def test_nothing_to_compact_is_refused(metastore: HiveMetastore, settings: Setti
     assert "only one current delta" in refusal(metastore, settings, unique_name)
 
 
+@pytest.mark.metastore  # CI runs these on Hive 3 too
 def test_an_open_transaction_below_every_delta_is_refused_naming_it(
     metastore: HiveMetastore, settings: Settings, unique_name: str
 ) -> None:
