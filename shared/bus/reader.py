@@ -18,6 +18,10 @@ from acidclean.shared.errors import BusError
 
 Partition = tuple[str, int]
 
+TRANSIENT_LEADER_ERRORS = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART}
+)
+
 
 def reader_config(kafka: Mapping[str, str]) -> dict[str, str]:
     """Pass-through settings plus what a read-only, group-less scan needs."""
@@ -79,15 +83,30 @@ class LogReader:
                 self.missing_topics.append(topic)
                 continue
             for partition in sorted(found.partitions):
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=self._stall_timeout_s, cached=False
-                )
+                low, high = self._watermarks(consumer, TopicPartition(topic, partition))
                 self.end_offsets[(topic, partition)] = high
                 if high > low:
                     assignment.append(TopicPartition(topic, partition, low))
         if assignment:
             consumer.assign(assignment)
         return {(tp.topic, tp.partition) for tp in assignment}
+
+    def _watermarks(self, consumer: Consumer, partition: TopicPartition) -> tuple[int, int]:
+        """The partition's low and high watermarks, waiting out a leader election.
+
+        A topic created a moment ago has no leader yet for a short while; the broker then answers
+        NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE, which pass.
+        """
+        deadline = time.monotonic() + self._stall_timeout_s
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(partition, timeout=self._stall_timeout_s, cached=False)
+                return int(low), int(high)
+            except KafkaException as error:
+                code = error.args[0].code()
+                if code not in TRANSIENT_LEADER_ERRORS or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def _read(self, consumer: Consumer, remaining: set[Partition]) -> Iterator[Message]:
         last_progress = time.monotonic()
