@@ -123,6 +123,12 @@ def render_json(rows: Sequence[AuditRow]) -> str:
 @click.option("--since", "since_text", metavar="TIME", help="Only vacuums since TIME (ISO 8601, or an age: 2h, 7d).")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option(
+    "--plot",
+    "plot_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also draw DB.TABLE's timeline (delta directories, vacuums, waits, cleanups) into this PNG file.",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -130,16 +136,29 @@ def render_json(rows: Sequence[AuditRow]) -> str:
     help="Settings file (.properties or .json); ACIDCLEAN_* variables apply on top.",
 )
 def audit(
-    table: str | None, partition: str | None, since_text: str | None, output_format: str, config_file: Path | None
+    table: str | None,
+    partition: str | None,
+    since_text: str | None,
+    output_format: str,
+    plot_file: Path | None,
+    config_file: Path | None,
 ) -> None:
     """Show each vacuum's history: waits, cleanups, rejections, stuck waits, what was removed."""
     if table is not None and not re.fullmatch(TABLE_PATTERN, table):
         raise click.BadParameter(f"{table!r} is not DB.TABLE", param_hint="DB.TABLE")
     if partition is not None and not re.fullmatch(PARTITION_PATTERN, partition):
         raise click.BadParameter(f"{partition!r} is not k=v[/k2=v2...]", param_hint="--partition")
+    if plot_file is not None and table is None:
+        raise click.UsageError("--plot draws one table's timeline: give DB.TABLE")
     since = parse_since(since_text, utc_now()) if since_text else None
     settings = load_settings(config_file)
     rows, reader = read_audit(settings, table=table, partition=partition, since=since)
     for topic in reader.missing_topics:
         click.echo(f"note: topic {topic} does not exist (yet); read as empty", err=True)
     click.echo(render_json(rows) if output_format == "json" else render_table(rows))
+    if plot_file is not None and table is not None:
+        from acidclean.consumers.plot import draw, read_timeline
+
+        timeline = read_timeline(settings, table, partition)
+        draw(timeline, plot_file)
+        click.echo(f"timeline of {table} ({len(timeline.marks)} events marked) written to {plot_file}", err=True)

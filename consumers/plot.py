@@ -1,0 +1,63 @@
+"""``acidclean audit DB.TABLE --plot FILE.png``: read one table's events and draw its timeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acidclean.consumers.timeline import Timeline, TimelineEvent, build_timeline
+from acidclean.schemas.events import CleanupDone, DelayEnvelope, DeltaCommitted, VacuumCommitted
+from acidclean.shared.bus import LogReader, decode, raw_record
+from acidclean.shared.settings import Settings
+
+TIMELINE_TOPICS = {
+    "delta_committed": (DeltaCommitted,),
+    "vacuum_committed": (VacuumCommitted,),
+    "cleanup_delay": (DelayEnvelope,),
+    "cleanup_done": (CleanupDone,),
+}
+MARK_STYLE = {"vacuum": ("tab:blue", "-"), "wait": ("tab:orange", ":"), "cleanup": ("tab:green", "--")}
+
+
+def read_timeline(settings: Settings, table: str, partition: str | None = None) -> Timeline:
+    """Read the ingest, vacuum, delay and cleanup topics to their end and build the table's timeline."""
+    expected = {settings.topic(name): classes for name, classes in TIMELINE_TOPICS.items()}
+    reader = LogReader(settings.kafka, list(expected))
+    events: list[TimelineEvent] = []
+    for message in reader:
+        record = raw_record(message)
+        event = decode(record, rejected_by="acidclean-plot", tenant=settings.tenant, expected=expected[record.topic])
+        if isinstance(event, DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupDone):
+            events.append(event)
+    return build_timeline(events, table, partition)
+
+
+def draw(timeline: Timeline, target: Path) -> None:
+    """Write the timeline as a PNG: the delta-directory count as steps, the events as vertical lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(10, 4.5), dpi=110)
+    if timeline.points:
+        times = [at for at, _ in timeline.points]
+        counts = [count for _, count in timeline.points]
+        axes.step(times, counts, where="post", color="black", linewidth=2, label="delta directories")
+    labelled: set[str] = set()
+    for mark in timeline.marks:
+        colour, style = MARK_STYLE[mark.kind]
+        label = {"vacuum": "vacuum committed", "wait": "requeued (locks held)", "cleanup": "cleanup done"}[mark.kind]
+        axes.axvline(mark.at, color=colour, linestyle=style, alpha=0.8, label=None if label in labelled else label)
+        labelled.add(label)
+    name = timeline.table + (f" / {timeline.partition}" if timeline.partition else "")
+    axes.set_title(f"{name}: delta directories over time")
+    axes.set_xlabel("time (UTC)")
+    axes.set_ylabel("delta directories")
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="upper left")
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(target, format="png")
+    plt.close(figure)

@@ -1,0 +1,58 @@
+"""The table timeline behind `audit --plot`: delta directories counted from the events."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from acidclean.consumers.plot import draw
+from acidclean.consumers.timeline import TimelineEvent, build_timeline
+from acidclean.schemas.events import DeltaCommitted, RemovedDirectory
+
+from .factories import T0, delay, done, vacuum
+
+TABLE, PARTITION = "sales.orders", "ds=2025-03-14"
+
+
+def ingest(write_id: int) -> DeltaCommitted:
+    return DeltaCommitted(
+        tenant="acme",
+        table=TABLE,
+        partition=PARTITION,
+        occurred_at=T0 - timedelta(minutes=10 - write_id),
+        location="/warehouse/sales.db/orders/ds=2025-03-14",
+        delta_directory=f"delta_{write_id:07d}_{write_id:07d}_0000",
+        write_id=write_id,
+        bytes=100,
+    )
+
+
+def story() -> list[TimelineEvent]:
+    commits = [ingest(w) for w in (1, 2, 3)]
+    compacted = vacuum(
+        new_directories=["delta_0000001_0000003"],
+        obsolete_directories=[c.delta_directory for c in commits],
+    )
+    removed = [RemovedDirectory(name=c.delta_directory, file_count=1, bytes=100) for c in commits]
+    return [*commits, compacted, delay(compacted, 1), delay(compacted, 2), done(compacted, directories_removed=removed)]
+
+
+def test_count_rises_with_commits_and_vacuum_and_falls_at_cleanup() -> None:
+    timeline = build_timeline(story(), TABLE, PARTITION)
+    assert [count for _, count in timeline.points] == [1, 2, 3, 4, 4, 4, 1]
+    assert [mark.kind for mark in timeline.marks] == ["vacuum", "wait", "wait", "cleanup"]
+    assert timeline.marks[-1].label == "cleanup: 3 removed"
+
+
+def test_duplicates_and_other_tables_change_nothing() -> None:
+    events = story()
+    other = ingest(9).model_copy(update={"table": "sales.returns"})
+    timeline = build_timeline([*events, events[-1], events[0], other], TABLE, PARTITION)
+    assert [count for _, count in timeline.points] == [1, 2, 3, 4, 4, 4, 1]
+
+
+def test_plot_is_a_png_file(tmp_path: Path) -> None:
+    target = tmp_path / "timeline.png"
+    draw(build_timeline(story(), TABLE, PARTITION), target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert target.stat().st_size > 10_000
