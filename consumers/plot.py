@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from acidclean.consumers.timeline import Timeline, TimelineEvent, build_timeline
+from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, DelayEnvelope, DeltaCommitted, VacuumCommitted
 from acidclean.shared.bus import LogReader, decode, raw_record
 from acidclean.shared.settings import Settings
 
-TIMELINE_TOPICS = {
+TIMELINE_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "delta_committed": (DeltaCommitted,),
     "vacuum_committed": (VacuumCommitted,),
     "cleanup_delay": (DelayEnvelope,),
@@ -36,20 +37,23 @@ def draw(timeline: Timeline, target: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(10, 4.5), dpi=110)
     if timeline.points:
-        times = [at for at, _ in timeline.points]
+        times = [float(mdates.date2num(at)) for at, _ in timeline.points]
         counts = [count for _, count in timeline.points]
         axes.step(times, counts, where="post", color="black", linewidth=2, label="delta directories")
     labelled: set[str] = set()
     for mark in timeline.marks:
         colour, style = MARK_STYLE[mark.kind]
         label = {"vacuum": "vacuum committed", "wait": "requeued (locks held)", "cleanup": "cleanup done"}[mark.kind]
-        axes.axvline(mark.at, color=colour, linestyle=style, alpha=0.8, label=None if label in labelled else label)
+        axes.axvline(float(mdates.date2num(mark.at)), color=colour, linestyle=style, alpha=0.8, label=None if label in labelled else label)
         labelled.add(label)
     name = timeline.table + (f" / {timeline.partition}" if timeline.partition else "")
+    axes.xaxis_date()
+    axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
     axes.set_title(f"{name}: delta directories over time")
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("delta directories")
