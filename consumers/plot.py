@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from acidclean.consumers.timeline import Timeline, TimelineEvent, build_timeline
@@ -32,6 +33,12 @@ def read_timeline(settings: Settings, table: str, partition: str | None = None) 
     return build_timeline(events, table, partition)
 
 
+def _number(moment: datetime) -> float:
+    import matplotlib.dates as mdates
+
+    return float(mdates.date2num(moment))  # type: ignore[no-untyped-call]
+
+
 def draw(timeline: Timeline, target: Path) -> None:
     """Write the timeline as a PNG: the delta-directory count as steps, the events as vertical lines."""
     import matplotlib
@@ -42,18 +49,18 @@ def draw(timeline: Timeline, target: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(10, 4.5), dpi=110)
     if timeline.points:
-        times = [float(mdates.date2num(at)) for at, _ in timeline.points]
+        times = [_number(at) for at, _ in timeline.points]
         counts = [count for _, count in timeline.points]
         axes.step(times, counts, where="post", color="black", linewidth=2, label="delta directories")
     labelled: set[str] = set()
     for mark in timeline.marks:
         colour, style = MARK_STYLE[mark.kind]
         label = {"vacuum": "vacuum committed", "wait": "requeued (locks held)", "cleanup": "cleanup done"}[mark.kind]
-        axes.axvline(float(mdates.date2num(mark.at)), color=colour, linestyle=style, alpha=0.8, label=None if label in labelled else label)
+        axes.axvline(_number(mark.at), color=colour, linestyle=style, alpha=0.8, label=None if label in labelled else label)
         labelled.add(label)
     name = timeline.table + (f" / {timeline.partition}" if timeline.partition else "")
     axes.xaxis_date()
-    axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
+    axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
     axes.set_title(f"{name}: delta directories over time")
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("delta directories")
