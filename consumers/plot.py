@@ -17,6 +17,7 @@ TIMELINE_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "cleanup_delay": (DelayEnvelope,),
     "cleanup_done": (CleanupDone,),
 }
+MARK_LABEL = {"vacuum": "vacuum committed", "wait": "requeued (locks held)", "cleanup": "cleanup done"}
 MARK_STYLE = {"vacuum": ("tab:blue", "-"), "wait": ("tab:orange", ":"), "cleanup": ("tab:green", "--")}
 
 
@@ -55,7 +56,7 @@ def draw(timeline: Timeline, target: Path) -> None:
     labelled: set[str] = set()
     for mark in timeline.marks:
         colour, style = MARK_STYLE[mark.kind]
-        label = {"vacuum": "vacuum committed", "wait": "requeued (locks held)", "cleanup": "cleanup done"}[mark.kind]
+        label = MARK_LABEL[mark.kind]
         axes.axvline(_number(mark.at), color=colour, linestyle=style, alpha=0.8, label=None if label in labelled else label)
         labelled.add(label)
     name = timeline.table + (f" / {timeline.partition}" if timeline.partition else "")
