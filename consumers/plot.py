@@ -57,7 +57,8 @@ def draw(timeline: Timeline, target: Path) -> None:
     for mark in timeline.marks:
         colour, style = MARK_STYLE[mark.kind]
         label = MARK_LABEL[mark.kind]
-        axes.axvline(_number(mark.at), color=colour, linestyle=style, alpha=0.8, label=None if label in labelled else label)
+        legend = None if label in labelled else label
+        axes.axvline(_number(mark.at), color=colour, linestyle=style, alpha=0.8, label=legend)
         labelled.add(label)
     name = timeline.table + (f" / {timeline.partition}" if timeline.partition else "")
     axes.xaxis_date()
