@@ -8,6 +8,13 @@ reader sees either the old directories or a complete new one. Before the first r
 later run that finds the marker finishes the renames a crash interrupted and publishes the event.
 A staging directory without the marker is a vacuum that died while writing (or one still running):
 it is left alone; readers ignore it and a cleaner may remove it.
+
+A minor vacuum with deletes commits two directories, ``delete_delta_M_N`` then ``delta_M_N`` (the
+order of Hive's ``CompactorOutputCommitter``), and a reader that lists between the two renames (a few
+milliseconds) sees the delete delta alone, which hides the single deltas it covers. Hive 3 has the
+same window; Hive 4 closes it by naming compactor output ``_v<txn>`` and committing a transaction,
+which Hive 2 and 3 readers cannot parse. Every other vacuum commits one directory, atomically.
+Task output is written under its final name, so Spark speculation (off by default) must stay off.
 """
 
 from __future__ import annotations
