@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.orc as pa_orc
 import pytest
+from producers_support import make_settings
 
 from acidclean.producers.ingest import IngestRequest, create_table, ingest
 from acidclean.producers.plan import CompactionType
@@ -37,7 +38,7 @@ from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum
 from acidclean.shared.acid.names import parse_bucket_file
 from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import HiveMetastore
-from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.settings import Settings
 
 pytestmark = pytest.mark.bench
 
@@ -69,16 +70,7 @@ def table(
 ) -> Iterator[tuple[HiveMetastore, Settings, str, Path]]:
     name = f"bench_{os.getpid()}_{int(time.time())}"
     state = tmp_path_factory.mktemp("bench-vacuum")
-    settings = load_settings(
-        environ={},
-        overrides={
-            "metastore_uris": metastore_uri,
-            "kafka": {"bootstrap.servers": kafka_bootstrap},
-            "topic_prefix": f"{name}.",
-            "topic_partitions": 1,
-            "state_dir": str(state),
-        },
-    )
+    settings = make_settings(metastore_uri, kafka_bootstrap, name, state)
     with HiveMetastore(metastore_uri) as metastore:
         columns = [("id", "bigint"), ("v", "string"), ("amount", "double")]
         create_table(metastore, "bench", name, columns, buckets=BUCKETS)
