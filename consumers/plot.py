@@ -52,7 +52,19 @@ def draw(timeline: Timeline, target: Path) -> None:
     if timeline.points:
         times = [_number(at) for at, _ in timeline.points]
         counts = [count for _, count in timeline.points]
+        # Carry the last level on past the last event, so a cleanup's drop shows as a level, not an edge.
+        tail = max((times[-1] - times[0]) * 0.08, 1 / 86400)
+        times.append(times[-1] + tail)
+        counts.append(counts[-1])
         axes.step(times, counts, where="post", color="black", linewidth=2, label="delta directories")
+        axes.fill_between(times, counts, step="post", color="black", alpha=0.08)
+        axes.annotate(f"{counts[-1]}", (times[-1], counts[-1]), textcoords="offset points", xytext=(4, 4))
+    vacuums = [_number(mark.at) for mark in timeline.marks if mark.kind == "vacuum"]
+    cleanups = [_number(mark.at) for mark in timeline.marks if mark.kind == "cleanup"]
+    for start in vacuums:
+        end = min((at for at in cleanups if at >= start), default=None)
+        if end is not None:
+            axes.axvspan(start, end, color="tab:orange", alpha=0.12, label=None)
     labelled: set[str] = set()
     for mark in timeline.marks:
         colour, style = MARK_STYLE[mark.kind]
@@ -63,12 +75,12 @@ def draw(timeline: Timeline, target: Path) -> None:
     name = timeline.table + (f" / {timeline.partition}" if timeline.partition else "")
     axes.xaxis_date()
     axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
-    axes.set_title(f"{name}: delta directories over time")
+    axes.set_title(f"{name}: delta directories over time (shaded: waiting for readers' locks)")
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("delta directories")
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
-    axes.legend(loc="upper left")
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4, frameon=False)
     figure.autofmt_xdate()
     figure.tight_layout()
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,5 @@
+"""``python -m acidclean``: the same command line as ``acidclean``."""
+
+from acidclean.cli import main
+
+main()

@@ -1,0 +1,286 @@
+"""The whole acidclean story on the local stack, narrated as it happens.
+
+Each part runs for real, mostly as the same ``acidclean`` commands a user would type: the ingest
+writer streams commits into a transactional table; a reader takes a SHARED_READ lock and reads; the
+Spark vacuum compacts the deltas, snapshots the reader's lock and publishes ``VacuumCommitted``; a
+cleaner process requeues the event on the delay topic while the lock is held; the reader finishes;
+the cleaner deletes the obsolete directories and publishes ``CleanupDone``; ``acidclean audit`` shows
+the history and draws the timeline. The narration follows the events on the topics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from acidclean.deploy.local.process import stop_process
+from acidclean.deploy.local.stack import StackInfo, stack_up
+from acidclean.producers.reader import locked_read
+from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
+from acidclean.shared.bus import decode, ensure_topics, raw_record
+from acidclean.shared.errors import AcidCleanError
+from acidclean.shared.filesystem import open_location
+from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.settings import Settings, load_settings
+
+Say = Callable[[str], None]
+REQUEUES_BEFORE_RELEASE = 2
+STORY_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    state_dir: Path
+    flavour: str = "hive2"
+    commits: int = 8
+    rows: int = 2000
+    interval_ms: int = 2000
+    full: bool = True
+
+
+@dataclass
+class StoryEvents:
+    """What the narrator has seen on the topics, shared with the waiting steps."""
+
+    delays: int = 0
+    done: CleanupDone | None = None
+    rejected: CleanupRejected | None = None
+    vacuum: VacuumCommitted | None = None
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        with self.changed:
+            return self.changed.wait_for(predicate, timeout=timeout_s)
+
+
+class Narrator:
+    def __init__(self, say: Say) -> None:
+        self._say = say
+        self._started = time.monotonic()
+
+    def step(self, text: str) -> None:
+        self._say(f"[{time.monotonic() - self._started:5.1f}s] ==> {text}")
+
+    def detail(self, text: str) -> None:
+        for line in text.rstrip().splitlines():
+            self._say(f"            {line}")
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self._started
+
+
+def _command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "acidclean", *args]
+
+
+def _run(narrator: Narrator, env: dict[str, str], *args: str, show: bool = True) -> str:
+    """Run an acidclean command to completion; show its output indented; fail with its output."""
+    completed = subprocess.run(_command(*args), env=env, capture_output=True, text=True, check=False)
+    output = completed.stdout + (completed.stderr if completed.returncode else "")
+    if completed.returncode != 0:
+        raise AcidCleanError(f"`acidclean {' '.join(args)}` failed (exit {completed.returncode}):\n{output}")
+    if show:
+        narrator.detail(completed.stdout)
+    return completed.stdout
+
+
+def _listing(location_uri: str) -> list[str]:
+    location = open_location(location_uri)
+    return sorted(entry.name for entry in location.fs.list_dir(location.path))
+
+
+def _watch_topics(
+    settings: Settings, table: str, story: StoryEvents, narrator: Narrator, stop: threading.Event
+) -> None:
+    """Narrate the vacuum, delay, cleanup and dead-letter events as they arrive (no consumer group)."""
+    topics = {settings.topic(name): name for name in STORY_TOPICS}
+    consumer = Consumer({**settings.kafka, "group.id": f"acidclean-demo-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "log_level": 3})
+    try:
+        metadata = consumer.list_topics(timeout=30)
+        assignment = []
+        for topic in topics:
+            for partition in metadata.topics[topic].partitions:
+                _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+                assignment.append(TopicPartition(topic, partition, high))
+        consumer.assign(assignment)
+        with story.changed:
+            story.changed.notify_all()
+        while not stop.is_set():
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            event = decode(raw_record(message), rejected_by="acidclean-demo", tenant=settings.tenant)
+            if getattr(event, "table", None) == table:
+                _narrate(event, story, narrator)
+    finally:
+        consumer.close()
+
+
+def _narrate(event: object, story: StoryEvents, narrator: Narrator) -> None:
+    with story.changed:
+        if isinstance(event, VacuumCommitted):
+            story.vacuum = event
+            locks = ", ".join(f"lock {lock.lock_id} ({lock.user}@{lock.host})" for lock in event.lock_snapshot)
+            narrator.step(f"VacuumCommitted on the bus: new {', '.join(event.new_directories)}; "
+                          f"lock snapshot: {locks or 'no locks'}")
+        elif isinstance(event, DelayEnvelope):
+            story.delays += 1
+            held = ", ".join(str(lock.lock_id) for lock in event.locks_held)
+            due_in = (event.due_at - event.occurred_at).total_seconds()
+            narrator.step(f"cleaner: not ready to clean, lock {held} still held -> delay topic "
+                          f"(attempt {event.attempt}, due in {due_in:.1f} s); nothing deleted")
+        elif isinstance(event, CleanupDone):
+            story.done = event
+            files = sum(d.file_count for d in event.directories_removed)
+            narrator.step(f"CleanupDone: {len(event.directories_removed)} directories, {files} files, "
+                          f"{event.bytes_freed:,} bytes removed after {event.attempts} checks "
+                          f"({event.time_waited_ms / 1000:.1f} s after the vacuum)")
+        elif isinstance(event, CleanupRejected):
+            story.rejected = event
+            narrator.step(f"dead letter: {event.reason_code}: {event.reason}")
+        story.changed.notify_all()
+
+
+@contextmanager
+def _cleaner(env: dict[str, str], log_file: Path, interval_ms: int) -> Iterator[int]:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            _command("cleaner", "--group", f"demo-{uuid.uuid4().hex[:6]}", "--interval-ms", str(interval_ms)),
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        yield process.pid
+    finally:
+        stop_process(process.pid, "cleaner", timeout_s=30)  # SIGTERM: it commits and leaves the group
+
+
+@contextmanager
+def _reader(metastore: HiveMetastore, db: str, table: str, narrator: Narrator,
+            release: threading.Event) -> Iterator[threading.Event]:
+    """A reader in its own thread: lock, list, read, then hold the lock until ``release`` is set."""
+    locked = threading.Event()
+    failure: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            with locked_read(metastore, db, table) as seen:
+                narrator.step(f"a reader locked {db}.{table} (SHARED_READ, txn {seen.txn_id}, lock {seen.lock_id}) "
+                              f"and read {seen.rows.num_rows:,} rows from {len(seen.directories)} directories; "
+                              "it keeps its lock while it works")
+                locked.set()
+                release.wait(timeout=600)
+                narrator.step(f"the reader finished and committed txn {seen.txn_id}: its lock is released")
+        except BaseException as error:  # reported by the main thread
+            failure.append(error)
+            locked.set()
+
+    thread = threading.Thread(target=read, name="demo-reader", daemon=True)
+    thread.start()
+    locked.wait(timeout=120)
+    if failure:
+        raise failure[0]
+    try:
+        yield locked
+    finally:
+        release.set()
+        thread.join(timeout=60)
+        if failure:
+            raise failure[0]
+
+
+def run_demo(options: DemoOptions, say: Say) -> float:
+    """Run the story; returns its duration in seconds."""
+    narrator = Narrator(say)
+    narrator.step("starting the local stack (a Kafka broker and a Hive Metastore, as local JVMs) ...")
+    info, started = stack_up(options.state_dir, options.flavour)
+    _describe_stack(narrator, info, started)
+
+    warehouse = Path(info.warehouse).resolve()
+    demo_dir = Path(info.state_dir) / "demo"
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    environ = {
+        "ACIDCLEAN_KAFKA_BOOTSTRAP": info.kafka_bootstrap,
+        "ACIDCLEAN_METASTORE_URIS": info.metastore_uri,
+        "ACIDCLEAN_ALLOWED_ROOTS": json.dumps({"default": [warehouse.as_uri()]}),
+        "ACIDCLEAN_STATE_DIR": info.state_dir,
+        "ACIDCLEAN_CLEANUP_INTERVAL_MS": str(options.interval_ms),
+    }
+    env = {**os.environ, **environ, "PYTHONUNBUFFERED": "1"}
+    settings = load_settings(environ=environ)
+    ensure_topics(settings)
+
+    db, table = "demo", f"clicks_{uuid.uuid4().hex[:6]}"
+    name = f"{db}.{table}"
+    _run(narrator, env, "create-table", name, "--columns", "id int, v string", "--buckets", "2", show=False)
+    with HiveMetastore(info.metastore_uri) as metastore:
+        location = metastore.get_table(db, table).location
+        narrator.step(f"created transactional table {name} (2 buckets, ORC) at {location}")
+
+        narrator.step(f"streaming {options.commits} commits of {options.rows} rows through the ingest writer "
+                      "(each: open txn, write id, SHARED_WRITE lock, delta, commit, DeltaCommitted) ...")
+        _run(narrator, env, "ingest", name, "--rows", str(options.rows), "--commits", str(options.commits),
+             "--delete-fraction", "0.05")
+        before = _listing(location)
+        narrator.detail("table directory now: " + " ".join(before))
+
+        story = StoryEvents()
+        stop_watch = threading.Event()
+        watcher = threading.Thread(target=_watch_topics, args=(settings, name, story, narrator, stop_watch), daemon=True)
+        watcher.start()
+        story.wait_for(lambda: True, timeout_s=30)
+        release = threading.Event()
+        try:
+            with _cleaner(env, demo_dir / "cleaner.log", options.interval_ms) as pid:
+                narrator.step(f"cleaner started (pid {pid}, interval {options.interval_ms} ms; "
+                              f"its JSON log: {demo_dir / 'cleaner.log'})")
+                with _reader(metastore, db, table, narrator, release):
+                    kind = "MAJOR: VACUUM TABLE ... FULL" if options.full else "MINOR: VACUUM TABLE ..."
+                    narrator.step(f"running the Spark vacuum ({kind}) while the reader holds its lock ...")
+                    _run(narrator, env, "vacuum", name, *(["--full"] if options.full else []))
+                    narrator.step(f"the reader's files are still there: {sum(n in _listing(location) for n in before)}"
+                                  f" of {len(before)} directories")
+                    if not story.wait_for(lambda: story.delays >= REQUEUES_BEFORE_RELEASE, timeout_s=60):
+                        raise AcidCleanError("the cleaner did not requeue the vacuum within 60 s; see its log "
+                                             f"{demo_dir / 'cleaner.log'}")
+                    release.set()
+                if not story.wait_for(lambda: story.done is not None or story.rejected is not None,
+                                      timeout_s=60 + options.interval_ms / 1000):
+                    raise AcidCleanError(f"no CleanupDone within 60 s; see the cleaner log {demo_dir / 'cleaner.log'}")
+        finally:
+            stop_watch.set()
+            watcher.join(timeout=10)
+
+        after = _listing(location)
+        narrator.step("table directory before and after the cleanup:")
+        narrator.detail("before: " + " ".join(before + [d for d in after if d not in before]))
+        narrator.detail("after:  " + " ".join(after))
+
+    plot = demo_dir / f"{table}.png"
+    narrator.step(f"acidclean audit {name} --plot {plot}")
+    _run(narrator, env, "audit", name, "--plot", str(plot))
+    narrator.step(f"timeline drawn to {plot}")
+    narrator.step(f"done in {narrator.elapsed:.0f} s. The stack keeps running for you to explore "
+                  f"(export {' '.join(f'{k}={v}' for k, v in environ.items() if 'ROOTS' not in k)}); "
+                  f"stop it with: acidclean stack down --state-dir {options.state_dir}")
+    return narrator.elapsed
+
+
+def _describe_stack(narrator: Narrator, info: StackInfo, started: bool) -> None:
+    how = "started" if started else "already running"
+    narrator.detail(f"kafka      {info.kafka_bootstrap} (pid {info.kafka.pid}, {how})")
+    metastore = info.metastore
+    narrator.detail(f"metastore  {info.metastore_uri} (pid {metastore.pid}, {info.metastore_flavour}, {how})")
