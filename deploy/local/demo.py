@@ -239,7 +239,9 @@ def run_demo(options: DemoOptions, say: Say) -> float:
 
         story = StoryEvents()
         stop_watch = threading.Event()
-        watcher = threading.Thread(target=_watch_topics, args=(settings, name, story, narrator, stop_watch), daemon=True)
+        watcher = threading.Thread(
+            target=_watch_topics, args=(settings, name, story, narrator, stop_watch), daemon=True
+        )
         watcher.start()
         story.wait_for(lambda: True, timeout_s=30)
         release = threading.Event()
