@@ -58,7 +58,7 @@ from acidclean.shared.bus.codec import reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
-from acidclean.shared.filesystem import Entry, FileSystem, StorageError, TreeSize
+from acidclean.shared.filesystem import FileSystem, StorageError, TreeSize
 from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
 
 LOGGER = logging.getLogger("acidclean.cleaner")
@@ -134,6 +134,7 @@ class Work:
     event: VacuumCommitted | DelayEnvelope | CleanupRejected
     generation: int = 0
     due_ms: int = 0
+    received_ms: int = 0  # when the loop read it (for the lateness breakdown in debug logs)
 
     @property
     def partition(self) -> tuple[str, int]:
@@ -158,6 +159,7 @@ class Outcome:
     kind: OutcomeKind
     event: EventBase
     removed: tuple[RemovedDirectory, ...] = ()
+    deferred: bool = False  # a delay envelope published later with its group (CleanupHandler.flush_delays)
 
 
 class TableLockCheck:
@@ -174,6 +176,8 @@ class TableLockCheck:
         self._locks: list[LockInfo] | None = None
         self._error: str | None = None
         self._due: datetime | None = None
+        # Envelopes of this group, published together by CleanupHandler.flush_delays (one ack).
+        self.pending: list[tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]] = []
 
     def readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
         vacuum = vacuum_of(processed)
@@ -227,7 +231,8 @@ class CleanupHandler:
         return TableLockCheck(self, table or "")
 
     def handle(self, work: Work, locks: TableLockCheck) -> Outcome:
-        """Handle one work item; returns once its outcome is acknowledged (raises ``BusError`` if not)."""
+        """Handle one work item; returns once its outcome is acknowledged (raises ``BusError`` if not),
+        except a delay envelope: that one is ``deferred`` until :meth:`flush_delays` of the group."""
         event = work.event
         if isinstance(event, CleanupRejected):
             return self._dead_letter(event)
@@ -319,44 +324,54 @@ class CleanupHandler:
             max_wait_s=self.config.max_wait_s,
             due=locks.due(now, self.config.interval_ms),
         )
-        self._publish(self.config.topics.cleanup_delay, envelope)
-        self._metrics.requeues.inc()
-        self._metrics.events.labels("delayed").inc()
-        if readiness.check_error is not None:
-            self._metrics.check_errors.inc()
-        vacuum = envelope.vacuum
-        fields = dict(
-            outcome="delayed",
-            event_id=processed.event_id,
-            vacuum_id=vacuum.event_id,
-            table=vacuum.table,
-            partition=vacuum.partition,
-            attempt=envelope.attempt,
-            due_at=envelope.due_at.isoformat(),
-            locks_held=[entry.lock_id for entry in envelope.locks_held],
-            check_error=readiness.check_error,
-            dry_run=self.config.dry_run or None,
-        )
-        if envelope.stuck:
-            self._metrics.stuck_checks.inc()
-            with self._stuck_lock:
-                self._stuck[str(vacuum.event_id)] = time.time()
-            log(
-                LOGGER,
-                logging.WARNING,
-                f"vacuum waiting for {(now - vacuum.occurred_at).total_seconds():.0f} s, longer than the max wait "
-                f"{self.config.max_wait_s:g} s; still waiting for {readiness.describe_held() or 'the metastore'}",
-                stuck=True,
-                stuck_since=envelope.stuck_since,
-                holders=[
-                    {"lock_id": e.lock_id, "user": e.user, "host": e.host, "txn_id": e.txn_id}
-                    for e in envelope.locks_held
-                ],
-                **fields,
+        locks.pending.append((processed, readiness, envelope))
+        return Outcome("delayed", envelope, deferred=True)
+
+    def flush_delays(self, locks: TableLockCheck) -> None:
+        """Publish the group's delay envelopes in one batch; returns once the broker has them all."""
+        pending, locks.pending = locks.pending, []
+        if not pending:
+            return
+        if not self.config.dry_run:
+            self._bus().publish_many([(self.config.topics.cleanup_delay, envelope) for _, _, envelope in pending])
+        for processed, readiness, envelope in pending:
+            now = envelope.occurred_at
+            self._metrics.requeues.inc()
+            self._metrics.events.labels("delayed").inc()
+            if readiness.check_error is not None:
+                self._metrics.check_errors.inc()
+            vacuum = envelope.vacuum
+            fields = dict(
+                outcome="delayed",
+                event_id=processed.event_id,
+                vacuum_id=vacuum.event_id,
+                table=vacuum.table,
+                partition=vacuum.partition,
+                attempt=envelope.attempt,
+                due_at=envelope.due_at.isoformat(),
+                locks_held=[entry.lock_id for entry in envelope.locks_held],
+                check_error=readiness.check_error,
+                dry_run=self.config.dry_run or None,
             )
-        else:
-            log(LOGGER, logging.INFO, "not ready; delayed", **fields)
-        return Outcome("delayed", envelope)
+            if envelope.stuck:
+                self._metrics.stuck_checks.inc()
+                with self._stuck_lock:
+                    self._stuck[str(vacuum.event_id)] = time.time()
+                log(
+                    LOGGER,
+                    logging.WARNING,
+                    f"vacuum waiting for {(now - vacuum.occurred_at).total_seconds():.0f} s, longer than the max wait "
+                    f"{self.config.max_wait_s:g} s; still waiting for {readiness.describe_held() or 'the metastore'}",
+                    stuck=True,
+                    stuck_since=envelope.stuck_since,
+                    holders=[
+                        {"lock_id": e.lock_id, "user": e.user, "host": e.host, "txn_id": e.txn_id}
+                        for e in envelope.locks_held
+                    ],
+                    **fields,
+                )
+            else:
+                log(LOGGER, logging.INFO, "not ready; delayed", **fields)
 
     def _done(
         self, processed: VacuumCommitted | DelayEnvelope, removed: Sequence[RemovedDirectory], note: str | None
@@ -392,7 +407,7 @@ class CleanupHandler:
             self._metrics.metastore_calls.labels("get_table").inc()
             table = metastore.get_table(db, name, vacuum.partition)
         except TableNotFoundError as error:
-            return self._table_gone(work, processed, error)
+            return self._table_gone(work, processed, error, locks)
         except MetastoreError as error:
             return self._delay(
                 processed, not_checked(vacuum.lock_snapshot, (), f"metastore get_table failed: {error}"), locks
@@ -424,9 +439,11 @@ class CleanupHandler:
             return self._refuse(work, processed, plan)
         if isinstance(plan, NotYet):
             return self._delay(processed, Readiness(False, readiness.locks_held, plan.reason), locks)
-        return self._delete_and_report(processed, storage, children, plan)
+        return self._delete_and_report(processed, storage, plan, locks)
 
-    def _table_gone(self, work: Work, processed: VacuumCommitted | DelayEnvelope, error: TableNotFoundError) -> Outcome:
+    def _table_gone(
+        self, work: Work, processed: VacuumCommitted | DelayEnvelope, error: TableNotFoundError, locks: TableLockCheck
+    ) -> Outcome:
         """The metastore does not know the table (or partition). If its directory is gone too, it was
         dropped (Hive removes a managed table's data): report done. If the directory still exists,
         the event names a table this metastore never had: refuse it and touch nothing."""
@@ -441,7 +458,7 @@ class CleanupHandler:
             return self._delay(
                 processed,
                 not_checked(vacuum.lock_snapshot, (), f"storage: {storage_error}"),
-                TableLockCheck(self, vacuum.table),
+                locks,
             )
         what = f"{vacuum.table}" + (f" partition {vacuum.partition}" if vacuum.partition else "")
         if exists:
@@ -465,8 +482,8 @@ class CleanupHandler:
         self,
         processed: VacuumCommitted | DelayEnvelope,
         storage: StorageLocationLike,
-        children: Sequence[Entry],
         plan: CleanupPlan,
+        locks: TableLockCheck,
     ) -> Outcome:
         vacuum = vacuum_of(processed)
         if self.config.dry_run:
@@ -508,7 +525,7 @@ class CleanupHandler:
             return self._delay(
                 processed,
                 Readiness(False, (), "delete failed: " + "; ".join(errors)),
-                TableLockCheck(self, vacuum.table),
+                locks,
             )
         self._crash_point("after-delete")
         removed.sort(key=lambda item: item.name)

@@ -2,7 +2,8 @@
 
 One consumer reads the vacuum topic and the delay topic. A vacuum is due at once; a delay envelope is
 due at its ``x-due-at``. The loop never sleeps: it polls with a timeout set by the earliest paused
-head (never longer than half a second, far below ``max.poll.interval.ms``).
+head (never longer than half a second, far below ``max.poll.interval.ms``), waking on the first
+record that arrives.
 
 Delay records. When a partition's next record is not yet due, only that partition is paused and
 seeked back to that record, so the consumer position never runs past a record that is not done. The
@@ -50,12 +51,14 @@ from acidclean.shared.bus.records import RawRecord, raw_record
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 Partition = tuple[str, int]
+LATE_MS = 100  # re-checks later than this are logged (DEBUG) with where the time went
 
 
 class ConsumerLike(Protocol):
     """The part of ``confluent_kafka.Consumer`` the loop uses (a fake implements it in unit tests)."""
 
     def subscribe(self, topics: list[str], **callbacks: Any) -> None: ...
+    def poll(self, timeout: float = -1) -> Any: ...
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Any]: ...
     def pause(self, partitions: list[TopicPartition]) -> None: ...
     def resume(self, partitions: list[TopicPartition]) -> None: ...
@@ -189,14 +192,25 @@ class CleanerLoop:
         self._release_due(now)
         self._dispatch_lanes()
         timeout = poll_timeout_s(now, self._next_due_ms(), busy=self._busy())
-        messages = self.consumer.consume(self.config.batch_size, timeout)
+        messages = self._fetch(timeout)
         now = self._clock.now_ms()
-        for message in messages or ():
+        for message in messages:
             self._route(message, now)
         self._release_due(self._clock.now_ms())
         self._drain_finished()
         self._dispatch_lanes()
         self._commit(asynchronous=True)
+
+    def _fetch(self, timeout: float) -> list[Any]:
+        """Wait at most ``timeout`` for the first record, then take what is already fetched.
+
+        ``consume(n, timeout)`` alone would not do: librdkafka blocks for the whole timeout unless n
+        records arrive, so a record fetched right after a resume would wait out the timeout.
+        """
+        first = self.consumer.poll(timeout)
+        if first is None:
+            return []
+        return [first, *(self.consumer.consume(self.config.batch_size - 1, 0) or ())]
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Stop fetching, let running work finish (abandon what has not started), commit, close."""
@@ -248,7 +262,7 @@ class CleanerLoop:
         event = decode(record, rejected_by=self.config.cleaner_id, tenant=self.config.tenant, expected=expected)
         if not isinstance(event, DelayEnvelope):
             assert isinstance(event, VacuumCommitted | CleanupRejected)
-            return Work(record, event, generation, 0)
+            return Work(record, event, generation, 0, now)
         due = header_due_at_ms(record)
         due = due if due is not None else due_at_ms(event.due_at)
         problem = due_time_problem(due, now, self.config.interval_ms)
@@ -261,8 +275,8 @@ class CleanerLoop:
                 tenant=self.config.tenant,
                 event=event,
             )
-            return Work(record, refused, generation, 0)
-        return Work(record, event, generation, due)
+            return Work(record, refused, generation, 0, now)
+        return Work(record, event, generation, due, now)
 
     def _hold(self, partition: Partition, state: PartitionState, work: Work) -> None:
         topic, number = partition
@@ -275,8 +289,6 @@ class CleanerLoop:
 
     def _hand_over(self, partition: Partition, state: PartitionState, work: Work, now: int) -> None:
         state.in_flight.add(work.offset)
-        if work.due_ms:
-            self._metrics.lateness_seconds.observe(max(0, now - work.due_ms) / 1000)
         self._note_pending(work)
         self._lanes.setdefault(work.lane, _Lane()).queue.append(work)
 
@@ -313,21 +325,54 @@ class CleanerLoop:
             self._executor.submit(self._run_lane, name, works)
 
     def _run_lane(self, name: str, works: Sequence[Work]) -> None:
-        """Worker thread: handle a lane's group in order, one show_locks for all of them."""
+        """Worker thread: handle a lane's group in order, with one show_locks for all of them and
+        one batch (one acknowledgement) for all their delay envelopes."""
+        deferred: list[tuple[Work, Outcome]] = []
         try:
             locks = self.handler.lock_check(works[0])
             for work in works:
                 if not self._begin(work):
                     self._finished.put(_Finished(work, None))
                     continue
+                if work.due_ms:
+                    # Lateness is measured when the re-check really starts, queueing included.
+                    started = self._clock.now_ms()
+                    self._metrics.lateness_seconds.observe(max(0, started - work.due_ms) / 1000)
+                    if started - work.due_ms > LATE_MS:
+                        log(
+                            LOGGER,
+                            logging.DEBUG,
+                            "late re-check",
+                            late_ms=started - work.due_ms,
+                            read_after_due_ms=work.received_ms - work.due_ms,
+                            queued_ms=started - work.received_ms,
+                            topic=work.record.topic,
+                            partition_number=work.record.partition,
+                            offset=work.offset,
+                        )
                 try:
                     outcome = self.handler.handle(work, locks)
-                    self._finished.put(_Finished(work, outcome))
                 except BaseException as error:  # reported to the loop, which rewinds the partition
                     self._finished.put(_Finished(work, None, error))
-                finally:
                     self._end(work)
+                    continue
+                if outcome.deferred:
+                    deferred.append((work, outcome))  # still executing until its envelope is acknowledged
+                    continue
+                self._finished.put(_Finished(work, outcome))
+                self._end(work)
+            if deferred:
+                try:
+                    self.handler.flush_delays(locks)
+                except BaseException as error:
+                    for work, _ in deferred:
+                        self._finished.put(_Finished(work, None, error))
+                else:
+                    for work, outcome in deferred:
+                        self._finished.put(_Finished(work, outcome))
         finally:
+            for work, _ in deferred:
+                self._end(work)
             self._finished.put(_LaneFree(name))
 
     def _begin(self, work: Work) -> bool:

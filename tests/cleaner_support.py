@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -237,9 +238,10 @@ def start_reader(metastore: HiveMetastore, table: Table, *, partition_level: boo
 def publish(settings: Settings, *events: Any) -> None:
     """Publish events to the topics they belong on (acknowledged before returning)."""
     with KafkaEventBus(settings.kafka) as bus:
-        for event in events:
-            topic = settings.topic("cleanup_delay" if isinstance(event, DelayEnvelope) else "vacuum_committed")
-            bus.publish(topic, event)
+        bus.publish_many([
+            (settings.topic("cleanup_delay" if isinstance(event, DelayEnvelope) else "vacuum_committed"), event)
+            for event in events
+        ])
 
 
 class Watcher:
@@ -394,3 +396,31 @@ def start_cleaner_process(
 
 def metastore_kind(metastore: HiveMetastore) -> MetastoreKind:
     return metastore.kind
+
+
+class CountingMetastore:
+    """Real metastore clients that count the calls the cleaner makes."""
+
+    def __init__(self, uris: str) -> None:
+        self.uris = uris
+        self.calls: Counter[str] = Counter()
+
+    def client(self) -> Any:
+        counter = self.calls
+        real = HiveMetastore(self.uris, 3.0)
+
+        class Counting:
+            kind = property(lambda _self: real.kind)
+
+            def __getattr__(self, name: str) -> Any:
+                attribute = getattr(real, name)
+                if callable(attribute):
+
+                    def call(*args: Any, **kwargs: Any) -> Any:
+                        counter[name] += 1
+                        return attribute(*args, **kwargs)
+
+                    return call
+                return attribute
+
+        return Counting()

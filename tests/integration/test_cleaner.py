@@ -17,6 +17,7 @@ import pyarrow.orc as pa_orc
 import pytest
 from cleaner_support import (
     OTHER_TENANT,
+    CountingMetastore,
     Table,
     Watcher,
     cleaner_settings,
@@ -235,33 +236,3 @@ def test_a_table_dropped_meanwhile_reports_done_with_nothing_removed(
         [done] = watcher.wait_for(lambda: watcher.done(vacuum), 15, "CleanupDone")
     assert done.directories_removed == [] and "dropped" in (done.note or "")
     assert watcher.rejected(vacuum) == []
-
-
-class CountingMetastore:
-    """Real metastore clients that count the calls the cleaner makes."""
-
-    def __init__(self, uris: str) -> None:
-        from collections import Counter
-
-        self.uris = uris
-        self.calls: Counter[str] = Counter()
-
-    def client(self) -> Any:
-        counter = self.calls
-        real = HiveMetastore(self.uris, 3.0)
-
-        class Counting:
-            kind = property(lambda _self: real.kind)
-
-            def __getattr__(self, name: str) -> Any:
-                attribute = getattr(real, name)
-                if callable(attribute):
-
-                    def call(*args: Any, **kwargs: Any) -> Any:
-                        counter[name] += 1
-                        return attribute(*args, **kwargs)
-
-                    return call
-                return attribute
-
-        return Counting()

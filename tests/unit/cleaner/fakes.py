@@ -258,8 +258,12 @@ class Rig:
         return Work(record_of(event, topic, 0, offset), event)
 
     def handle(self, event: Any, locks: TableLockCheck | None = None) -> Outcome:
+        """Handle one event as a group of one: its delay envelope is flushed before returning."""
         work = self.work(event)
-        return self.handler.handle(work, locks or self.handler.lock_check(work))
+        group = locks or self.handler.lock_check(work)
+        outcome = self.handler.handle(work, group)
+        self.handler.flush_delays(group)
+        return outcome
 
     def published(self, topic: str) -> list[Event]:
         return self.bus.events(topic)
@@ -371,7 +375,9 @@ class FakeConsumer:
             self.positions[key] = self.committed.get(key, 0)
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[FakeMessage]:
-        self.consume_timeouts.append(timeout)
+        # librdkafka's consume(n, timeout) blocks for the whole timeout unless n records arrive:
+        # the loop must wait in poll() and only drain with consume(n, 0).
+        assert timeout == 0, "consume() with a timeout would delay records fetched meanwhile; wait with poll()"
         batch: list[FakeMessage] = []
         for key in sorted(self.assigned):
             if key in self.paused:
@@ -383,6 +389,17 @@ class FakeConsumer:
         if not batch:
             self.clock.advance(max(timeout, 0.001))
         return batch
+
+    def poll(self, timeout: float = -1) -> FakeMessage | None:
+        """One record, or None after the timeout (which the fake clock then skips)."""
+        self.consume_timeouts.append(timeout)
+        for key in sorted(self.assigned):
+            log = self.logs.get(key, [])
+            if key not in self.paused and self.positions[key] < len(log):
+                self.positions[key] += 1
+                return FakeMessage(log[self.positions[key] - 1])
+        self.clock.advance(max(timeout, 0.001))
+        return None
 
     def pause(self, partitions: list[TopicPartition]) -> None:
         for item in partitions:

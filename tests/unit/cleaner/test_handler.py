@@ -117,6 +117,9 @@ def test_several_events_of_one_table_share_one_show_locks(rig: Rig) -> None:
     outcomes = [rig.handler.handle(work, check) for work in works]
     assert [o.kind for o in outcomes] == ["delayed", "cleaned", "cleaned"]
     assert rig.metastore.calls["show_locks"] == 1
+    assert rig.published(TOPICS.cleanup_delay) == []  # deferred until the group flushes
+    rig.handler.flush_delays(check)
+    assert len(rig.published(TOPICS.cleanup_delay)) == 1
 
 
 def test_envelopes_of_one_group_share_a_due_time(rig: Rig) -> None:
@@ -126,6 +129,7 @@ def test_envelopes_of_one_group_share_a_due_time(rig: Rig) -> None:
     rig.handler.handle(first, check)
     rig.clock.advance(0.3)
     rig.handler.handle(second, check)
+    rig.handler.flush_delays(check)
     dues = [e.due_at for e in rig.published(TOPICS.cleanup_delay) if isinstance(e, DelayEnvelope)]
     assert len(dues) == 2 and dues[0] == dues[1]
 
@@ -209,7 +213,14 @@ def test_unacknowledged_outcome_raises_so_the_offset_is_not_committed(rig: Rig) 
     rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
     rig.bus.fail_next()
     with pytest.raises(BusError):
+        rig.handle(vacuum())  # a delay envelope: raised by the group's flush
+
+
+def test_unacknowledged_cleanup_done_raises_after_deleting(rig: Rig) -> None:
+    rig.bus.fail_next()
+    with pytest.raises(BusError):
         rig.handle(vacuum())
+    assert rig.deleted_names() == [D1, D2, D3]  # a retry lists again and reports nothing left
 
 
 def test_failed_delete_waits_and_a_later_check_finishes(rig: Rig) -> None:

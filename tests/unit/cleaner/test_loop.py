@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +45,9 @@ class StubHandler:
 
     def stuck_count(self, within_s: float) -> int:
         return 0
+
+    def flush_delays(self, locks: object) -> None:
+        return None
 
     def offsets(self, topic: str, partition: int) -> list[int]:
         return [offset for t, p, offset, _, _ in self.handled if (t, p) == (topic, partition)]
@@ -277,3 +281,80 @@ def _message(consumer: FakeConsumer, topic: str, partition: int, offset: int) ->
     from .fakes import FakeMessage
 
     return FakeMessage(consumer.logs[(topic, partition)][offset])
+
+
+# -- the loop with the real handler over fakes ---------------------------------------------------------
+
+
+def test_full_cycle_waits_through_the_delay_topic_then_cleans(clock: FakeClock, consumer: FakeConsumer) -> None:
+    from acidclean.shared.acid.names import delta_name
+
+    from .fakes import LOCATION, Rig
+
+    rig = Rig(clock=clock)
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.fs.add_acid_dirs(LOCATION, [delta_name(i, i, 0) for i in (1, 2, 3)] + [delta_name(1, 3)])
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    loop = CleanerLoop(
+        consumer,
+        rig.handler,
+        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000),
+        executor=InlineExecutor(),
+        metrics=rig.metrics,
+        clock=clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (D, 0)])
+    v = vacuum()
+    consumer.append(V, 0, v)
+    moved = 0
+
+    def pump(steps: int) -> None:
+        nonlocal moved
+        for _ in range(steps):
+            loop.step()
+            for record in rig.bus.records.get(TOPICS.cleanup_delay, [])[moved:]:
+                consumer.logs.setdefault((D, 0), []).append(
+                    record.__class__(D, 0, len(consumer.logs.get((D, 0), [])), record.key, record.value, record.headers)
+                )
+                moved += 1
+
+    pump(5)
+    assert consumer.committed[(V, 0)] == 1 and rig.fs.deleted == []
+    pump(300)  # about 3 intervals of waiting
+    envelopes = [e for e in rig.published(TOPICS.cleanup_delay) if isinstance(e, DelayEnvelope)]
+    assert len(envelopes) >= 2 and [e.attempt for e in envelopes] == list(range(1, len(envelopes) + 1))
+    for previous, following in itertools.pairwise(envelopes):
+        assert following.occurred_at >= previous.due_at  # never early
+    rig.metastore.release(7)
+    pump(300)
+    [done] = rig.published(TOPICS.cleanup_done)
+    assert done.attempts == len(envelopes) + 1  # type: ignore[union-attr]
+    assert sorted(p.rsplit("/", 1)[1] for p in rig.fs.deleted) == [delta_name(i, i, 0) for i in (1, 2, 3)]
+    assert consumer.committed[(D, 0)] == len(envelopes)
+
+
+def test_an_unacknowledged_delay_batch_is_retried_and_not_committed(clock: FakeClock, consumer: FakeConsumer) -> None:
+    from .fakes import LOCATION, Rig
+
+    rig = Rig(clock=clock)
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    loop = CleanerLoop(
+        consumer,
+        rig.handler,
+        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000),
+        executor=InlineExecutor(),
+        metrics=rig.metrics,
+        clock=clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (D, 0)])
+    consumer.append(V, 0, vacuum())
+    consumer.append(V, 0, vacuum(partition="ds=2"))
+    rig.bus.fail_next()
+    run(loop, 3)
+    assert consumer.committed.get((V, 0), 0) == 0 and rig.bus.records == {}
+    run(loop, 300)  # re-read after one interval: both envelopes published, offsets committed
+    assert len(rig.published(TOPICS.cleanup_delay)) == 2
+    assert consumer.committed[(V, 0)] == 2

@@ -1,0 +1,307 @@
+"""Benchmarks of the cleaner, each against a reference measured in the same run, on the real stack.
+
+1. Lateness of delayed re-checks (hand-over time minus due time), over vacuums cycling through the
+   delay topic because a reader holds their tables. Reference: a textbook delay consumer in its own
+   group reading the *same* delay records (pause + seek back, resume at the due time, re-fetch).
+   "Never early" is also checked from outside: every re-check's event is stamped at or after the
+   due time of the envelope it follows.
+2. Metastore calls per table per interval, in the same run: show_locks calls made, against the
+   number of checks (one call per check is what a per-event checker such as openLooKeng's
+   CleanerTask makes).
+3. Cleanups per second of one process on lock-free tables, against a single-threaded loop doing the
+   same metastore calls, listing and deletes (no Kafka).
+
+Run: ``pytest tests/bench/bench_cleaner.py -m bench -s`` (about two minutes).
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cleaner_support import (
+    TENANT,
+    Table,
+    Watcher,
+    cleaner_settings,
+    create_table,
+    publish,
+    start_cleaner_process,
+    start_reader,
+)
+from confluent_kafka import Consumer, TopicPartition
+
+from acidclean.consumers.readiness import ready_to_clean
+from acidclean.consumers.safety import CleanupPlan, cleaner_ids, plan_cleanup
+from acidclean.deploy.local.process import free_port
+from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
+from acidclean.shared.bus.codec import header_due_at_ms
+from acidclean.shared.filesystem import open_location
+from acidclean.shared.metastore import HiveMetastore
+
+pytestmark = pytest.mark.bench
+
+INTERVAL_MS = 500
+LATENESS_TABLES = 20
+EVENTS_PER_TABLE = 5
+WINDOW_S = 15.0
+THROUGHPUT_TABLES = 40
+
+
+@pytest.fixture
+def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
+    with HiveMetastore(metastore_uri) as client:
+        yield client
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class TextbookDelayConsumer(threading.Thread):
+    """Reference: pause the partition whose head is not due, seek back, poll with a timeout set by
+    the next due time, resume when due, measure when the record comes back (default fetch settings)."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"reference-{uuid.uuid4().hex}",
+                "enable.auto.commit": "false",
+                "auto.offset.reset": "latest",
+                "partition.assignment.strategy": "cooperative-sticky",
+            }
+        )
+        self.topic = topic
+        self.samples: list[float] = []
+        self.early = 0
+        self.recording = False
+        self.stop_flag = threading.Event()
+        self.assigned = threading.Event()
+
+    def run(self) -> None:
+        paused: dict[int, int] = {}
+        self.consumer.subscribe([self.topic], on_assign=lambda c, ps: self.assigned.set())
+        while not self.stop_flag.is_set():
+            now = time.time_ns() // 1_000_000
+            for partition, due in list(paused.items()):
+                if due <= now:
+                    self.consumer.resume([TopicPartition(self.topic, partition)])
+                    del paused[partition]
+            timeout = min([max(0, due - now) / 1000 for due in paused.values()] + [0.5])
+            for message in self.consumer.consume(100, timeout):
+                if message.error() or message.partition() in paused:
+                    continue
+                due = header_due_at_ms(raw_of(message))
+                now = time.time_ns() // 1_000_000
+                if due is None:
+                    continue
+                if due > now:
+                    tp = TopicPartition(self.topic, message.partition(), message.offset())
+                    self.consumer.pause([tp])
+                    self.consumer.seek(tp)
+                    paused[message.partition()] = due
+                elif self.recording:
+                    self.samples.append((now - due) / 1000)
+        self.consumer.close()
+
+
+def raw_of(message: Any) -> Any:
+    from acidclean.shared.bus.records import raw_record
+
+    return raw_record(message)
+
+
+def scrape(port: int, name: str) -> float:
+    """One sample of the cleaner's /metrics (0 when absent)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_lateness_and_metastore_calls_of_delayed_rechecks(
+    metastore: HiveMetastore, tmp_path: Path, kafka_bootstrap: str, metastore_uri: str, unique_name: str
+) -> None:
+    root = tmp_path / "data"
+    settings = cleaner_settings(
+        kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=INTERVAL_MS, partitions=4
+    )
+    watcher = Watcher(settings)
+    tables = [create_table(metastore, root, f"{unique_name}{i}") for i in range(LATENESS_TABLES)]
+    readers = [start_reader(metastore, table) for table in tables]
+    vacuums = [event(table, i) for table in tables for i in range(EVENTS_PER_TABLE)]
+    reference = TextbookDelayConsumer(kafka_bootstrap, settings.topic("cleanup_delay"))
+    reference.start()
+    port = free_port()
+    cleaner = start_cleaner_process(
+        settings,
+        tmp_path / "cleaner.log",
+        cleaner_id="bench",
+        args=("--metrics-port", str(port)),
+    )
+    show_locks = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
+    try:
+        reference.assigned.wait(30)
+        publish(settings, *vacuums)
+        watcher.wait_for(lambda: all(watcher.delays(v) for v in vacuums), 60, "every vacuum cycling")
+        time.sleep(2 * INTERVAL_MS / 1000)
+        calls_before = scrape(port, show_locks)
+        window_start = datetime.now(timezone.utc)
+        reference.recording = True
+        time.sleep(WINDOW_S)
+        reference.recording = False
+        window_end = datetime.now(timezone.utc)
+        calls = scrape(port, show_locks) - calls_before
+        time.sleep(1.0)
+    finally:
+        reference.stop_flag.set()
+        reference.join(10)
+        cleaner.stop()
+        for reader in readers:
+            reader.release()
+        watcher.close()
+
+    envelopes = {e.event_id: e for e in watcher.of("cleanup_delay") if isinstance(e, DelayEnvelope)}
+    rechecks = [
+        (e.occurred_at - envelopes[e.causation_id].due_at).total_seconds()
+        for e in envelopes.values()
+        if e.causation_id in envelopes and window_start <= e.occurred_at < window_end
+    ]
+    checks = len(rechecks)
+    intervals = WINDOW_S * 1000 / INTERVAL_MS
+    ours, ref = [max(0.0, r) for r in rechecks], reference.samples
+    early = [r for r in rechecks if r < 0]
+    print(
+        f"\n[bench] delayed re-check lateness (re-check time - due time), {checks} re-checks in {WINDOW_S:.0f} s "
+        f"({LATENESS_TABLES} tables x {EVENTS_PER_TABLE} waiting vacuums, interval {INTERVAL_MS} ms, cleaner in "
+        "its own process)"
+    )
+    print(
+        f"[bench]   cleaner:   p50 {percentile(ours, 0.5) * 1000:7.1f} ms  p99 {percentile(ours, 0.99) * 1000:7.1f} ms"
+        f"  max {max(ours) * 1000:7.1f} ms  mean {statistics.mean(ours) * 1000:6.1f} ms  early {len(early)}"
+    )
+    print(
+        f"[bench]   reference: p50 {percentile(ref, 0.5) * 1000:7.1f} ms  p99 {percentile(ref, 0.99) * 1000:7.1f} ms"
+        f"  max {max(ref) * 1000:7.1f} ms  mean {statistics.mean(ref) * 1000:6.1f} ms  ({len(ref)} records, "
+        "textbook pause/seek/resume, same delay records)"
+    )
+    print(
+        f"[bench] metastore show_locks per table per interval: {calls / LATENESS_TABLES / intervals:.2f} "
+        f"({calls:.0f} calls); reference one-call-per-check: {checks / LATENESS_TABLES / intervals:.2f} "
+        f"({checks} checks)"
+    )
+    assert early == [], early[:5]
+    assert calls < checks
+
+
+def event(table: Table, index: int) -> VacuumCommitted:
+    return VacuumCommitted(
+        tenant=TENANT,
+        table=table.full_name,
+        partition=None,
+        occurred_at=datetime.now(timezone.utc),
+        location="file:" + str(table.location),
+        compaction_type="MINOR",
+        new_directories=["delta_0000001_0000003"],
+        obsolete_directories=[],
+        highest_write_id=3,
+        lock_snapshot=table.lock_snapshot(),
+        vacuum_job_id=f"bench-{index}",
+    )
+
+
+def reference_clean(metastore: HiveMetastore, table: Table, vacuum: VacuumCommitted) -> int:
+    """What one cleanup costs without Kafka: the same metastore calls, listing and deletes."""
+    assert ready_to_clean(vacuum.lock_snapshot, metastore.show_locks(table.db, table.name)).ready
+    info = metastore.get_table(table.db, table.name)
+    ids = cleaner_ids(metastore.kind, metastore.valid_write_ids(table.db, table.name), vacuum.highest_write_id)
+    storage = open_location(info.location)
+    plan = plan_cleanup(vacuum, storage.fs.list_dir(storage.path), ids)
+    assert isinstance(plan, CleanupPlan)
+    for name in plan.delete:
+        storage.fs.tree_size(storage.child(name))
+        storage.fs.delete_dir(storage.child(name))
+    return len(plan.delete)
+
+
+def run_cleaner(
+    settings: Any,
+    metastore: HiveMetastore,
+    root: Path,
+    unique_name: str,
+    tmp_path: Path,
+    vacuums: list[VacuumCommitted],
+) -> float:
+    """Seconds from publishing ``vacuums`` (one batch) to the last CleanupDone, cleaner in its own process."""
+    watcher = Watcher(settings)
+    warm = create_table(metastore, root, f"{unique_name}w")
+    warm.commit_deltas(2)
+    warm_vacuum = warm.minor_vacuum()
+    cleaner = start_cleaner_process(settings, tmp_path / "cleaner.log", cleaner_id="bench")
+    try:
+        publish(settings, warm_vacuum)  # the group is joined and the workers are warm
+        watcher.wait_for(lambda: watcher.done(warm_vacuum), 60, "the warm-up cleanup")
+        started_at = datetime.now(timezone.utc)
+        publish(settings, *vacuums)
+        watcher.wait_for(lambda: all(watcher.done(v) for v in vacuums), 120, "every CleanupDone")
+        last = max(watcher.done(v)[0].occurred_at for v in vacuums)
+        cleaner_s = (last - started_at).total_seconds()
+    finally:
+        cleaner.stop()
+        watcher.close()
+    return cleaner_s
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_cleanups_per_second_against_a_single_threaded_loop(
+    threads: int,
+    metastore: HiveMetastore,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    metastore_uri: str,
+    unique_name: str,
+) -> None:
+    root = tmp_path / "data"
+    settings = cleaner_settings(
+        kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=INTERVAL_MS, partitions=4, threads=threads
+    )
+    ours = [create_table(metastore, root, f"{unique_name}c{i}") for i in range(THROUGHPUT_TABLES)]
+    theirs = [create_table(metastore, root, f"{unique_name}r{i}") for i in range(THROUGHPUT_TABLES)]
+    for table in ours + theirs:
+        table.commit_deltas(3)
+    our_vacuums = [table.minor_vacuum() for table in ours]
+    their_vacuums = [table.minor_vacuum() for table in theirs]
+
+    # The reference runs half before and half after the cleaner, so load drift on the shared box
+    # weighs on both alike.
+    half = THROUGHPUT_TABLES // 2
+    reference_s = 0.0
+    for batch in (slice(0, half), slice(half, None)):
+        started = time.perf_counter()
+        for table, vacuum in zip(theirs[batch], their_vacuums[batch], strict=True):
+            assert reference_clean(metastore, table, vacuum) == 3
+        reference_s += time.perf_counter() - started
+        if batch.start == 0:
+            cleaner_s = run_cleaner(settings, metastore, root, unique_name, tmp_path, our_vacuums)
+
+    assert all(table.children() == v.new_directories for table, v in zip(ours, our_vacuums, strict=True))
+    ours_rate, ref_rate = THROUGHPUT_TABLES / cleaner_s, THROUGHPUT_TABLES / reference_s
+    print(
+        f"\n[bench] cleanups/s, {THROUGHPUT_TABLES} lock-free tables x 3 deltas, threads={threads}: "
+        f"cleaner {ours_rate:.1f}/s ({cleaner_s:.2f} s from publishing to the last CleanupDone, own process) vs "
+        "single-threaded loop "
+        f"{ref_rate:.1f}/s ({reference_s:.2f} s): ratio {ours_rate / ref_rate:.2f}"
+    )
