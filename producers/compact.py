@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.orc as pa_orc
 
 from acidclean.producers.acid_files import (
     delete_events_from_identities,
@@ -25,7 +26,8 @@ from acidclean.producers.acid_files import (
     write_acid_events,
 )
 from acidclean.producers.plan import CompactionPlan, CompactionType
-from acidclean.shared.acid.names import bucket_file_name
+from acidclean.shared.acid.events import ROW
+from acidclean.shared.acid.names import DirectoryKind, bucket_file_name
 from acidclean.shared.acid.reader import read_delete_events, read_state, snapshot_files
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.write_ids import ValidIdList
@@ -87,6 +89,19 @@ def bucket_tasks(
         )
         for bucket in plan.buckets
     ]
+
+
+def input_row_type(fs: pafs.FileSystem, plan: CompactionPlan) -> pa.StructType:
+    """The ``row`` struct of the inputs, read from one file footer on the driver (delete events of a
+    bucket without insert rows still carry it, as Hive writes them)."""
+    files = snapshot_files(plan.listing, plan.state)
+    files.sort(key=lambda f: f.kind == DirectoryKind.DELETE_DELTA.value)
+    with fs.open_input_file(files[0].path) as source:
+        schema = pa_orc.ORCFile(source).schema
+    row = {f.name.lower(): f for f in schema}.get(ROW.lower())
+    if row is not None and pa.types.is_struct(row.type):
+        return row.type
+    return pa.struct(list(schema))  # original (pre-ACID) files: the file's columns are the row
 
 
 def _write(fs: pafs.FileSystem, task: BucketTask, directory: str, events: pa.Table) -> WrittenFile:

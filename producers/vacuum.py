@@ -24,19 +24,16 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
-import pyarrow.orc as pa_orc
 
 from acidclean.producers.acid_files import orc_codec
 from acidclean.producers.commit import commit, finish_directories, recover_commits, staging_name
-from acidclean.producers.compact import BucketResult, BucketTask, bucket_tasks, compact_bucket
+from acidclean.producers.compact import bucket_tasks, input_row_type
 from acidclean.producers.outbox import Outbox
 from acidclean.producers.plan import CompactionPlan, CompactionType, format_bytes, plan_compaction
 from acidclean.producers.publish import (
@@ -47,8 +44,8 @@ from acidclean.producers.publish import (
     flush_outbox,
     publish_committed,
 )
-from acidclean.shared.acid.events import ROW
-from acidclean.shared.acid.reader import list_table_dir, snapshot_files
+from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks
+from acidclean.shared.acid.reader import list_table_dir
 from acidclean.shared.errors import AcidCleanError, TableNotFoundError, VacuumError, VacuumRefusedError
 from acidclean.shared.filesystem import StorageLocation, open_location
 from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
@@ -56,13 +53,6 @@ from acidclean.shared.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
-
 
 @dataclass(frozen=True)
 class VacuumRequest:
@@ -92,8 +82,6 @@ class VacuumResult:
 
 def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
     """The outbox of ``directory``, by default ``<state_dir>/outbox``."""
-    from pathlib import Path
-
     return Outbox(Path(directory) if directory else settings.state_dir / "outbox")
 
 
@@ -125,88 +113,6 @@ def lookup_table(metastore: Metastore, table: str, partition: str | None) -> Tab
         return metastore.get_table(db, name, partition)
     except TableNotFoundError as error:
         raise VacuumRefusedError(f"{db}.{name} has no partition {partition} ({error})") from error
-
-
-def _row_type(location: StorageLocation, plan: CompactionPlan) -> pa.StructType:
-    """The ``row`` struct of the inputs, read from one file footer on the driver (delete events of a
-    bucket without insert rows still carry it, as Hive writes them)."""
-    files = snapshot_files(plan.listing, plan.state)
-    files.sort(key=lambda f: f.kind == "delete_delta")
-    with location.fs.arrow.open_input_file(files[0].path) as source:
-        schema = pa_orc.ORCFile(source).schema
-    by_lower = {f.name.lower(): f for f in schema}
-    row = by_lower.get(ROW.lower())
-    if row is not None and pa.types.is_struct(row.type):
-        return row.type
-    return pa.struct(list(schema))
-
-
-@dataclass
-class _Counters:
-    """Spark accumulators the tasks add to as they finish; the driver reads them while the job runs."""
-
-    events: Any
-    bytes: Any
-
-    def line(self, completed: int, total: int) -> str:
-        return (
-            f"  buckets compacted: {completed}/{total}, {self.events.value} events, "
-            f"{format_bytes(self.bytes.value)} written"
-        )
-
-
-def _spark_progress(
-    spark: SparkSession, group: str, total: int, counters: _Counters, progress: Progress, done: threading.Event
-) -> None:
-    tracker = spark.sparkContext.statusTracker()
-    reported = -1
-    while not done.wait(1.0):
-        completed = 0
-        for job_id in tracker.getJobIdsForGroup(group):
-            job = tracker.getJobInfo(job_id)
-            for stage_id in job.stageIds if job else []:
-                stage = tracker.getStageInfo(stage_id)
-                completed += stage.numCompletedTasks if stage else 0
-        if completed != reported:
-            progress(counters.line(completed, total))
-            reported = completed
-
-
-def run_bucket_tasks(spark: SparkSession, tasks: list[BucketTask], progress: Progress = _quiet) -> list[BucketResult]:
-    """One Spark task per bucket, run in parallel on the executors; reports progress (buckets done,
-    events and bytes written) every second while it runs."""
-    context = spark.sparkContext
-    group = f"acidclean-vacuum-{uuid.uuid4().hex[:8]}"
-    counters = _Counters(context.accumulator(0), context.accumulator(0))
-    events, written = counters.events, counters.bytes
-    results: list[BucketResult] = []
-    failure: list[BaseException] = []
-
-    def counted(task: BucketTask) -> BucketResult:
-        result = compact_bucket(task)
-        events.add(result.rows_written + result.deletes_written)
-        written.add(sum(f.bytes for f in result.files))
-        return result
-
-    def job() -> None:
-        try:
-            context.setJobGroup(group, f"acidclean vacuum: {len(tasks)} buckets")
-            results.extend(context.parallelize(tasks, len(tasks)).map(counted).collect())
-        except BaseException as error:  # handed to the calling thread
-            failure.append(error)
-
-    done = threading.Event()
-    worker = threading.Thread(target=job, name="acidclean-vacuum-job")
-    watcher = threading.Thread(
-        target=_spark_progress, args=(spark, group, len(tasks), counters, progress, done), daemon=True
-    )
-    worker.start()
-    watcher.start()
-    worker.join()
-    done.set()
-    if failure:
-        raise failure[0]
-    return sorted(results, key=lambda r: r.bucket)
 
 
 def _draft(
@@ -251,7 +157,7 @@ def run_vacuum(
     spark: Callable[[], SparkSession],
     publisher: Publisher | None = None,
     outbox: Outbox | None = None,
-    progress: Progress = _quiet,
+    progress: Progress = quiet,
 ) -> VacuumResult:
     """Vacuum one table or partition (see the module docstring). ``spark`` is called only when there
     is something to compact. Raises :class:`VacuumRefusedError` when there is nothing to do and
@@ -322,7 +228,7 @@ def _compact_and_commit(
             plan,
             location_uri=location.uri,
             staging_dir=staging_dir,
-            row_type=_row_type(location, plan),
+            row_type=input_row_type(location.fs.arrow, plan),
             codec=orc_codec(info.orc_compress),
         )
         results = run_bucket_tasks(spark, tasks, progress)

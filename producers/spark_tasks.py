@@ -1,0 +1,94 @@
+"""Running a vacuum's bucket tasks on Spark.
+
+One Spark task per bucket (:func:`acidclean.producers.compact.compact_bucket`), all in one job, so
+the compaction spreads over the executors. While the job runs, the driver reports every second how
+many buckets are done and how many events and bytes the finished ones wrote (Spark accumulators).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from acidclean.producers.compact import BucketResult, BucketTask, compact_bucket
+from acidclean.producers.plan import format_bytes
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Progress = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    """A progress callback that reports nothing."""
+
+
+@dataclass
+class _Counters:
+    """Spark accumulators the tasks add to as they finish; the driver reads them while the job runs."""
+
+    events: Any
+    bytes: Any
+
+    def line(self, completed: int, total: int) -> str:
+        return (
+            f"  buckets compacted: {completed}/{total}, {self.events.value} events, "
+            f"{format_bytes(self.bytes.value)} written"
+        )
+
+
+def _spark_progress(
+    spark: SparkSession, group: str, total: int, counters: _Counters, progress: Progress, done: threading.Event
+) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    reported = -1
+    while not done.wait(1.0):
+        completed = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            for stage_id in job.stageIds if job else []:
+                stage = tracker.getStageInfo(stage_id)
+                completed += stage.numCompletedTasks if stage else 0
+        if completed != reported:
+            progress(counters.line(completed, total))
+            reported = completed
+
+
+def run_bucket_tasks(spark: SparkSession, tasks: list[BucketTask], progress: Progress = quiet) -> list[BucketResult]:
+    """One Spark task per bucket, run in parallel on the executors; reports progress (buckets done,
+    events and bytes written) every second while it runs."""
+    context = spark.sparkContext
+    group = f"acidclean-vacuum-{uuid.uuid4().hex[:8]}"
+    counters = _Counters(context.accumulator(0), context.accumulator(0))
+    events, written = counters.events, counters.bytes
+    results: list[BucketResult] = []
+    failure: list[BaseException] = []
+
+    def counted(task: BucketTask) -> BucketResult:
+        result = compact_bucket(task)
+        events.add(result.rows_written + result.deletes_written)
+        written.add(sum(f.bytes for f in result.files))
+        return result
+
+    def job() -> None:
+        try:
+            context.setJobGroup(group, f"acidclean vacuum: {len(tasks)} buckets")
+            results.extend(context.parallelize(tasks, len(tasks)).map(counted).collect())
+        except BaseException as error:  # handed to the calling thread
+            failure.append(error)
+
+    done = threading.Event()
+    worker = threading.Thread(target=job, name="acidclean-vacuum-job")
+    watcher = threading.Thread(
+        target=_spark_progress, args=(spark, group, len(tasks), counters, progress, done), daemon=True
+    )
+    worker.start()
+    watcher.start()
+    worker.join()
+    done.set()
+    if failure:
+        raise failure[0]
+    return sorted(results, key=lambda r: r.bucket)
