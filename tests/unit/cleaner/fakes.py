@@ -6,10 +6,15 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from confluent_kafka import TopicPartition
+
+# The project's shared event factories (tests/unit/events); T0 and lock are re-exported for the tests here.
+from events.factories import T0 as T0
+from events.factories import lock as lock
+from events.factories import vacuum as factory_vacuum
 
 from acidclean.consumers.cleaning import (
     CleanerTopics,
@@ -21,7 +26,7 @@ from acidclean.consumers.cleaning import (
 )
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.safety import TenantRoots
-from acidclean.schemas.common import EventBase, LockSnapshotEntry
+from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import Event, VacuumCommitted
 from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.memory import InMemoryBus
@@ -31,7 +36,6 @@ from acidclean.shared.filesystem import Entry, StorageError, TreeSize
 from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
 
 LONG_MAX = 9223372036854775807
-T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=timezone.utc)
 TOPICS = CleanerTopics("acid.vacuum.committed", "acid.cleanup.delay", "acid.cleanup.done", "acid.cleanup.dead-letter")
 
 
@@ -450,36 +454,8 @@ def decoded(records: Iterable[RawRecord]) -> list[Event]:
 LOCATION = "/warehouse/sales.db/orders/ds=2025-03-14"
 
 
-def lock(lock_id: int = 7, user: str = "alice", host: str = "reader-1") -> LockSnapshotEntry:
-    return LockSnapshotEntry(
-        lock_id=lock_id,
-        txn_id=3,
-        lock_type="SHARED_READ",
-        state="ACQUIRED",
-        user=user,
-        host=host,
-        acquired_at=T0 - timedelta(minutes=1),
-    )
-
-
 def vacuum(**changes: Any) -> VacuumCommitted:
-    """The seed's minor vacuum of three single deltas, on one partition of tenant acme's table."""
-    fields: dict[str, Any] = {
-        "tenant": "acme",
-        "table": "sales.orders",
-        "partition": "ds=2025-03-14",
-        "occurred_at": T0,
-        "location": LOCATION,
-        "compaction_type": "MINOR",
-        "new_directories": ["delta_0000001_0000003"],
-        "highest_write_id": 3,
-        "obsolete_directories": [
-            "delta_0000001_0000001_0000",
-            "delta_0000002_0000002_0000",
-            "delta_0000003_0000003_0000",
-        ],
-        "lock_snapshot": [lock()],
-        "vacuum_job_id": "job-1",
-    }
-    fields.update(changes)
-    return VacuumCommitted(**fields)
+    """The shared factory's minor vacuum (delta_1_3 over three single deltas on tenant acme's
+    sales.orders, partition ds=2025-03-14, reader lock 7), claiming all three singles obsolete."""
+    claims = ["delta_0000001_0000001_0000", "delta_0000002_0000002_0000", "delta_0000003_0000003_0000"]
+    return factory_vacuum(**{"obsolete_directories": claims, **changes})

@@ -14,9 +14,10 @@ from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.readiness import Readiness
 from acidclean.consumers.scheduling import IDLE_POLL_CAP_S, delay_envelope
 from acidclean.schemas.events import CleanupRejected, DelayEnvelope
+from acidclean.shared.acid.names import delta_name
 from acidclean.shared.errors import BusError
 
-from .fakes import TOPICS, FakeClock, FakeConsumer, InlineExecutor, lock, vacuum
+from .fakes import LOCATION, TOPICS, FakeClock, FakeConsumer, InlineExecutor, Rig, lock, vacuum
 
 V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
 
@@ -286,14 +287,10 @@ def _message(consumer: FakeConsumer, topic: str, partition: int, offset: int) ->
 # -- the loop with the real handler over fakes ---------------------------------------------------------
 
 
-def test_full_cycle_waits_through_the_delay_topic_then_cleans(clock: FakeClock, consumer: FakeConsumer) -> None:
-    from acidclean.shared.acid.names import delta_name
-
-    from .fakes import LOCATION, Rig
-
+def real_handler_loop(clock: FakeClock, consumer: FakeConsumer) -> tuple[Rig, CleanerLoop]:
+    """The loop over the real handler, whose table has a reader holding lock 7."""
     rig = Rig(clock=clock)
     rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
-    rig.fs.add_acid_dirs(LOCATION, [delta_name(i, i, 0) for i in (1, 2, 3)] + [delta_name(1, 3)])
     rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
     loop = CleanerLoop(
         consumer,
@@ -305,6 +302,12 @@ def test_full_cycle_waits_through_the_delay_topic_then_cleans(clock: FakeClock, 
     )
     loop.subscribe()
     consumer.rebalance_assign([(V, 0), (D, 0)])
+    return rig, loop
+
+
+def test_full_cycle_waits_through_the_delay_topic_then_cleans(clock: FakeClock, consumer: FakeConsumer) -> None:
+    rig, loop = real_handler_loop(clock, consumer)
+    rig.fs.add_acid_dirs(LOCATION, [delta_name(i, i, 0) for i in (1, 2, 3)] + [delta_name(1, 3)])
     v = vacuum()
     consumer.append(V, 0, v)
     moved = 0
@@ -335,21 +338,7 @@ def test_full_cycle_waits_through_the_delay_topic_then_cleans(clock: FakeClock, 
 
 
 def test_an_unacknowledged_delay_batch_is_retried_and_not_committed(clock: FakeClock, consumer: FakeConsumer) -> None:
-    from .fakes import LOCATION, Rig
-
-    rig = Rig(clock=clock)
-    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
-    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
-    loop = CleanerLoop(
-        consumer,
-        rig.handler,
-        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000),
-        executor=InlineExecutor(),
-        metrics=rig.metrics,
-        clock=clock,
-    )
-    loop.subscribe()
-    consumer.rebalance_assign([(V, 0), (D, 0)])
+    rig, loop = real_handler_loop(clock, consumer)
     consumer.append(V, 0, vacuum())
     consumer.append(V, 0, vacuum(partition="ds=2"))
     rig.bus.fail_next()
