@@ -202,21 +202,30 @@ def _reader(metastore: HiveMetastore, db: str, table: str, narrator: Narrator,
             raise failure[0]
 
 
-def run_demo(options: DemoOptions, say: Say) -> float:
-    """Run the story; returns its duration in seconds."""
-    narrator = Narrator(say)
-    narrator.step("starting the local stack (a Kafka broker and a Hive Metastore, as local JVMs) ...")
-    info, started = stack_up(options.state_dir, options.flavour)
-    _describe_stack(narrator, info, started)
+@dataclass(frozen=True)
+class DemoStack:
+    """Where the story runs: a Kafka broker, a metastore and a folder for its files."""
 
-    warehouse = Path(info.warehouse).resolve()
-    demo_dir = Path(info.state_dir) / "demo"
+    kafka_bootstrap: str
+    metastore_uri: str
+    state_dir: Path
+
+
+def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> float:
+    """Run the story (on ``stack``, else on the local stack, started if need be); returns its duration."""
+    narrator = Narrator(say)
+    if stack is None:
+        narrator.step("starting the local stack (a Kafka broker and a Hive Metastore, as local JVMs) ...")
+        info, started = stack_up(options.state_dir, options.flavour)
+        _describe_stack(narrator, info, started)
+        stack = DemoStack(info.kafka_bootstrap, info.metastore_uri, Path(info.state_dir))
+
+    demo_dir = stack.state_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     environ = {
-        "ACIDCLEAN_KAFKA_BOOTSTRAP": info.kafka_bootstrap,
-        "ACIDCLEAN_METASTORE_URIS": info.metastore_uri,
-        "ACIDCLEAN_ALLOWED_ROOTS": json.dumps({"default": [warehouse.as_uri()]}),
-        "ACIDCLEAN_STATE_DIR": info.state_dir,
+        "ACIDCLEAN_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "ACIDCLEAN_METASTORE_URIS": stack.metastore_uri,
+        "ACIDCLEAN_STATE_DIR": str(stack.state_dir),
         "ACIDCLEAN_CLEANUP_INTERVAL_MS": str(options.interval_ms),
     }
     env = {**os.environ, **environ, "PYTHONUNBUFFERED": "1"}
@@ -226,9 +235,12 @@ def run_demo(options: DemoOptions, say: Say) -> float:
     db, table = "demo", f"clicks_{uuid.uuid4().hex[:6]}"
     name = f"{db}.{table}"
     _run(narrator, env, "create-table", name, "--columns", "id int, v string", "--buckets", "2", show=False)
-    with HiveMetastore(info.metastore_uri) as metastore:
+    with HiveMetastore(stack.metastore_uri) as metastore:
         location = metastore.get_table(db, table).location
         narrator.step(f"created transactional table {name} (2 buckets, ORC) at {location}")
+        # The cleaner may delete only under the warehouse: the folder holding the database's folder.
+        warehouse = location.rstrip("/").rsplit("/", 2)[0]
+        env["ACIDCLEAN_ALLOWED_ROOTS"] = json.dumps({"default": [warehouse]})
 
         narrator.step(f"streaming {options.commits} commits of {options.rows} rows through the ingest writer "
                       "(each: open txn, write id, SHARED_WRITE lock, delta, commit, DeltaCommitted) ...")
@@ -275,8 +287,8 @@ def run_demo(options: DemoOptions, say: Say) -> float:
     narrator.step(f"acidclean audit {name} --plot {plot}")
     _run(narrator, env, "audit", name, "--plot", str(plot))
     narrator.step(f"timeline drawn to {plot}")
-    narrator.step(f"done in {narrator.elapsed:.0f} s. The stack keeps running for you to explore "
-                  f"(export {' '.join(f'{k}={v}' for k, v in environ.items() if 'ROOTS' not in k)}); "
+    exports = " ".join(f"{key}={value}" for key, value in environ.items())
+    narrator.step(f"done in {narrator.elapsed:.0f} s. The stack keeps running for you to explore (export {exports}); "
                   f"stop it with: acidclean stack down --state-dir {options.state_dir}")
     return narrator.elapsed
 
