@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Run the vacuum job on a cluster with spark-submit (here YARN client mode); `acidclean vacuum` runs
+# the same job on local[*]. acidclean must be importable on the driver and the executors: install it
+# on every node, or pack a virtual environment (venv-pack) and pass it with --archives as below.
+# Usage: vacuum-spark-submit.sh DB.TABLE [--partition k=v] [--full] [--config FILE]
+set -euo pipefail
+ENTRY=$(python -c 'import acidclean.producers.vacuum as job; print(job.__file__)')
+exec spark-submit \
+  --master yarn --deploy-mode client \
+  --conf spark.executor.instances=4 --conf spark.executor.cores=2 \
+  ${ACIDCLEAN_VENV_ARCHIVE:+--archives "$ACIDCLEAN_VENV_ARCHIVE#venv" --conf spark.pyspark.python=./venv/bin/python} \
+  "$ENTRY" "$@"
