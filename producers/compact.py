@@ -31,6 +31,7 @@ from acidclean.shared.acid.names import DirectoryKind, bucket_file_name
 from acidclean.shared.acid.reader import read_delete_events, read_state, snapshot_files
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.write_ids import ValidIdList
+from acidclean.shared.errors import UnreadableFileError
 from acidclean.shared.filesystem import open_location
 
 
@@ -96,8 +97,11 @@ def input_row_type(fs: pafs.FileSystem, plan: CompactionPlan) -> pa.StructType:
     bucket without insert rows still carry it, as Hive writes them)."""
     files = snapshot_files(plan.listing, plan.state)
     files.sort(key=lambda f: f.kind == DirectoryKind.DELETE_DELTA.value)
-    with fs.open_input_file(files[0].path) as source:
-        schema = pa_orc.ORCFile(source).schema
+    try:
+        with fs.open_input_file(files[0].path) as source:
+            schema = pa_orc.ORCFile(source).schema
+    except (OSError, pa.ArrowException) as error:
+        raise UnreadableFileError(f"cannot read ORC file {files[0].path}: {error}") from error
     row = {f.name.lower(): f for f in schema}.get(ROW.lower())
     if row is not None and pa.types.is_struct(row.type):
         return row.type

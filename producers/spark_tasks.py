@@ -7,6 +7,7 @@ many buckets are done and how many events and bytes the finished ones wrote (Spa
 
 from __future__ import annotations
 
+import re
 import threading
 import uuid
 from collections.abc import Callable
@@ -24,6 +25,22 @@ Progress = Callable[[str], None]
 
 def quiet(_: str) -> None:
     """A progress callback that reports nothing."""
+
+
+_PYTHON_ERROR = re.compile(r"^(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+
+
+def task_error_message(error: BaseException, limit: int = 1000) -> str:
+    """The Python error a failed task raised, without the JVM stack traces Spark wraps it in."""
+    text = str(error)
+    if "Traceback (most recent call last)" in text:
+        # The first Python traceback, up to the JVM frames that follow it; its last error line is
+        # the exception the task raised (causes of a chained exception are printed before it).
+        traceback = text.split("Traceback (most recent call last)", 1)[1].split("\n\tat ", 1)[0]
+        found = list(_PYTHON_ERROR.finditer(traceback))
+        if found:
+            return f"{found[-1].group(1)}: {found[-1].group(2)}"[:limit]
+    return text.strip().splitlines()[0][:limit] if text.strip() else type(error).__name__
 
 
 @dataclass

@@ -44,7 +44,7 @@ from acidclean.producers.publish import (
     flush_outbox,
     publish_committed,
 )
-from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks
+from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
 from acidclean.shared.acid.reader import list_table_dir
 from acidclean.shared.errors import AcidCleanError, TableNotFoundError, VacuumError, VacuumRefusedError
 from acidclean.shared.filesystem import StorageLocation, open_location
@@ -237,8 +237,8 @@ def _compact_and_commit(
         if isinstance(error, AcidCleanError):
             raise
         raise VacuumError(
-            f"the vacuum of {plan.table} failed while writing: {error}. Nothing was committed; its partial "
-            f"output is in {staging_dir}, which readers ignore"
+            f"the vacuum of {plan.table} failed while writing: {task_error_message(error)}. Nothing was "
+            f"committed; its partial output is in {staging_dir}, which readers ignore"
         ) from error
 
     draft = _draft(plan, settings, location, produced, job_id, staging)

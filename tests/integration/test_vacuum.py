@@ -35,7 +35,7 @@ from producers_support import (
 from acidclean.cli import main as cli
 from acidclean.producers.publish import Publisher
 from acidclean.producers.reader import locked_read
-from acidclean.shared.errors import VacuumRefusedError
+from acidclean.shared.errors import VacuumError, VacuumRefusedError
 from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import HiveMetastore, MetastoreKind
 from acidclean.shared.settings import Settings
@@ -332,6 +332,23 @@ def test_a_vacuum_killed_while_writing_leaves_only_its_hidden_staging_directory(
     assert result.status == "committed"
     assert snapshot(metastore, unique_name).equals(before)
     assert leftovers[0] in directories(metastore, unique_name)  # still there, still hidden, for a cleaner
+
+
+def test_an_unreadable_input_file_fails_the_vacuum_naming_it_and_commits_nothing(
+    metastore: HiveMetastore, settings: Settings, spark: Any, unique_name: str
+) -> None:
+    new_table(metastore, unique_name, buckets=1)
+    (_, second) = write(metastore, unique_name, rows=10, commits=2)
+    location = Path(open_location(metastore.get_table(DB, unique_name).location).path)
+    broken = location / str(second.delta) / "bucket_00000"
+    broken.write_bytes(b"this is not an ORC file")  # read by the Spark task, not by the driver
+    listed = directories(metastore, unique_name)
+    expected = rf"UnreadableFileError: cannot read ORC file {broken}.*Nothing was committed"
+    with pytest.raises(VacuumError, match=expected):
+        vacuum(metastore, settings, spark, unique_name)
+    leftovers = [name for name in directories(metastore, unique_name) if name not in listed]
+    assert all(name.startswith("_tmp_acidclean_") for name in leftovers)  # at most its staging directory
+    assert vacuum_events(settings) == []
 
 
 def _wait_for_first_bucket_file(location: Path, job: subprocess.Popen[bytes], timeout_s: float) -> bool:
