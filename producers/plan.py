@@ -182,12 +182,15 @@ def _at_or_below(name: str, highest: int) -> bool:
 
 def describe_plan(plan: CompactionPlan, kind: MetastoreKind) -> list[str]:
     """The plan as lines for an operator (``--dry-run`` prints these)."""
-    aborted = plan.valid_ids.aborted_ids
+    # Only the aborted ids inside a compacted delta matter here (their rows are dropped); on Hive 2
+    # the list holds every aborted transaction of the metastore.
+    deltas = plan.state.deltas
+    aborted = [a for a in plan.valid_ids.aborted_ids if any(d.min_write_id <= a <= d.max_write_id for d in deltas)]
     lines = [
         f"{plan.compaction_type.value} vacuum of {_describe_table(plan.table, plan.partition)}",
         f"  location   {plan.listing.location}",
         f"  ids        {id_name(kind)}s up to {plan.valid_ids.high_watermark}"
-        + (f", skipping aborted {', '.join(map(str, aborted))}" if aborted else ""),
+        + (f", dropping the rows of aborted {', '.join(map(str, aborted))}" if aborted else ""),
         f"  compacts   {', '.join(plan.inputs)} ({plan.input_files} files, {format_bytes(plan.input_bytes)}, "
         f"{len(plan.buckets)} buckets)",
         f"  into       {', '.join(plan.targets)}",

@@ -157,6 +157,10 @@ def test_the_dry_run_description_names_inputs_targets_obsolete_and_what_waits() 
     assert "MINOR vacuum of db.t" in text
     assert "into       delta_0000001_0000003" in text
     assert "waits      delta_0000004_0000004_0000 (above the open write id 4)" in text
+    streaming = plan(listing("delta_0000001_0000003", "delta_0000004_0000004"), committed(4, aborted="2"), MINOR)
+    assert "ids        write ids up to 4, dropping the rows of aborted 2" in "\n".join(
+        describe_plan(streaming, MetastoreKind.HIVE3)
+    )
 
 
 # -- id lists -------------------------------------------------------------------------------------
