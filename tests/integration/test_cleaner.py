@@ -236,3 +236,49 @@ def test_a_table_dropped_meanwhile_reports_done_with_nothing_removed(
         [done] = watcher.wait_for(lambda: watcher.done(vacuum), 15, "CleanupDone")
     assert done.directories_removed == [] and "dropped" in (done.note or "")
     assert watcher.rejected(vacuum) == []
+
+
+def test_a_vacuum_waiting_past_the_max_wait_is_reported_stuck_and_keeps_waiting(
+    metastore: HiveMetastore, root: Path, kafka_bootstrap: str, metastore_uri: str, watcher: Watcher, unique_name: str
+) -> None:
+    settings = cleaner_settings(kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=300, max_wait_s=1.0)
+    table = create_table(metastore, root, unique_name)
+    singles = table.commit_deltas(2)
+    reader = start_reader(metastore, table)
+    vacuum = table.minor_vacuum()
+    port = free_port()
+    with running_cleaner(settings, CleanerOptions(cleaner_id="it-stuck", metrics_port=port)):
+        publish(settings, vacuum)
+        stuck = watcher.wait_for(lambda: [e for e in watcher.delays(vacuum) if e.stuck], 15, "a stuck envelope")
+        time.sleep(1.0)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert set(singles) <= set(table.children())  # a live reader's lock is never overridden
+        reader.release()
+        [done] = watcher.wait_for(lambda: watcher.done(vacuum), 10, "CleanupDone after the release")
+    holder = stuck[0].locks_held[0]
+    assert (holder.lock_id, holder.user, holder.host) == (reader.lock_id, metastore.user, metastore.hostname)
+    assert stuck[0].stuck_since is not None and all(e.stuck_since == stuck[0].stuck_since for e in stuck)
+    assert "acidclean_cleaner_stuck_events 1.0" in metrics
+    assert len(done.directories_removed) == 2
+
+
+def test_a_tenants_cleaner_skips_other_tenants_events_on_shared_topics_and_never_touches_their_paths(
+    metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
+) -> None:
+    ours = create_table(metastore, root, unique_name + "a")
+    ours.commit_deltas(2)
+    theirs = create_table(metastore, root, unique_name + "g", tenant=OTHER_TENANT)
+    theirs.commit_deltas(2)
+    our_vacuum, their_vacuum = ours.minor_vacuum(), theirs.minor_vacuum()
+    before = theirs.children()
+    with running_cleaner(settings):  # tenant acme
+        publish(settings, their_vacuum, our_vacuum)
+        watcher.wait_for(lambda: watcher.done(our_vacuum), 15, "acme's CleanupDone")
+        time.sleep(1.0)
+        assert theirs.children() == before
+        assert watcher.done(their_vacuum) == [] and watcher.rejected(their_vacuum) == []
+        globex = settings.model_copy(update={"tenant": OTHER_TENANT})
+        with running_cleaner(globex):  # its own group (…cleaner.globex) on the same topics
+            watcher.wait_for(lambda: watcher.done(their_vacuum), 15, "globex's CleanupDone")
+    assert theirs.children() == their_vacuum.new_directories
+    assert len(watcher.done(our_vacuum)) == 1
