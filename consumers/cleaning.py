@@ -192,8 +192,9 @@ class TableLockCheck:
         return ready_to_clean(vacuum.lock_snapshot, self._locks)
 
     def due(self, now: datetime, interval_ms: int) -> datetime:
-        """One due time for every envelope of this group, so they are checked together again."""
-        if self._due is None:
+        """One due time for every envelope of this group, so they are checked together again (a new
+        one if a long cleanup earlier in the group outlasted the interval)."""
+        if self._due is None or self._due <= now:
             self._due = next_due(now, interval_ms)
         return self._due
 

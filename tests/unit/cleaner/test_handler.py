@@ -266,3 +266,15 @@ def test_major_vacuum_on_a_hive3_metastore_uses_write_ids(rig: Rig) -> None:
     outcome = hive3.handle(vacuum(new_directories=[base_name(3)], compaction_type="MAJOR"))
     assert outcome.kind == "cleaned"
     assert hive3.deleted_names() == sorted([D1, D2, D3, NEW])
+
+
+def test_a_group_due_time_already_past_is_not_reused(rig: Rig) -> None:
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    first, second = rig.work(vacuum(), 0), rig.work(vacuum(), 1)
+    check = rig.handler.lock_check(first)
+    rig.handler.handle(first, check)
+    rig.clock.advance(5)  # e.g. a long cleanup of another event of the group
+    rig.handler.handle(second, check)
+    rig.handler.flush_delays(check)
+    dues = [e.due_at for e in rig.published(TOPICS.cleanup_delay) if isinstance(e, DelayEnvelope)]
+    assert dues[1] == rig.clock.now() + timedelta(milliseconds=2000)
