@@ -26,10 +26,9 @@ from acidclean.schemas.events import RejectionCode, VacuumCommitted
 from acidclean.shared.acid.names import BASE_PREFIX, parse_directory_name
 from acidclean.shared.acid.state import ListedFile, Listing, acid_state
 from acidclean.shared.acid.write_ids import (
-    RangeResponse,
+    ValidCleanerTxnList,
     ValidCleanerWriteIdList,
     ValidIdList,
-    ValidTxnList,
     ValidWriteIdList,
 )
 from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError
@@ -245,19 +244,6 @@ def check_location(
 # -- the cleaner id list ----------------------------------------------------------------------------
 
 
-class CleanerTxnList(ValidTxnList):
-    """Hive 2's transaction list with the cleaner's range rule (HIVE-27526): a range reaching above
-    the watermark is NONE, so nothing newer than the vacuum counts, and nothing above it is aborted."""
-
-    def is_write_id_range_valid(self, min_write_id: int, max_write_id: int) -> RangeResponse:
-        if max_write_id > self.high_watermark:
-            return RangeResponse.NONE
-        return super().is_write_id_range_valid(min_write_id, max_write_id)
-
-    def is_write_id_aborted(self, write_id: int) -> bool:
-        return write_id <= self.high_watermark and super().is_write_id_aborted(write_id)
-
-
 @dataclass(frozen=True)
 class CleanerIds:
     """The metastore's current id list capped at the vacuum's highest write id.
@@ -292,7 +278,7 @@ class CleanerIds:
     def valid_ids(self) -> ValidIdList:
         """The cleaner list, once no relevant id is open (a clean waits while one is)."""
         if self.kind is MetastoreKind.HIVE2:
-            return CleanerTxnList(self.cap, (), self.aborted_ids)
+            return ValidCleanerTxnList(self.cap, (), self.aborted_ids)
         return ValidCleanerWriteIdList(self.cap, (), self.aborted_ids, None, self.table_name)
 
 
