@@ -7,7 +7,9 @@ reader sees either the old directories or a complete new one. Before the first r
 (``_COMMITTING.json``, holding the vacuum's event draft) is written into the staging directory; a
 later run that finds the marker finishes the renames a crash interrupted and publishes the event.
 A staging directory without the marker is a vacuum that died while writing (or one still running):
-it is left alone; readers ignore it and a cleaner may remove it.
+it is left alone while it may still be written, and removed by a later vacuum of the same location
+once nothing in it has changed for the abandoned-staging window (``abandoned_staging_s``, one hour by
+default: far longer than any write of a running vacuum stays quiet).
 
 A minor vacuum with deletes commits two directories, ``delete_delta_M_N`` then ``delta_M_N`` (the
 order of Hive's ``CompactorOutputCommitter``), and a reader that lists between the two renames (a few
@@ -20,6 +22,7 @@ Task output is written under its final name, so Spark speculation (off by defaul
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -141,3 +144,31 @@ def recover_commits(fs: pafs.FileSystem, location: str) -> list[Recovered]:
         fs.delete_dir(staging_dir)
         recovered.append(Recovered(staging_dir, draft))
     return recovered
+
+
+def _last_written_s(fs: pafs.FileSystem, staging_dir: str) -> float:
+    """The newest modification time of the staging directory or anything in it (epoch seconds)."""
+    infos = [fs.get_file_info(staging_dir), *fs.get_file_info(pafs.FileSelector(staging_dir, recursive=True))]
+    times = [info.mtime.timestamp() for info in infos if info.mtime is not None]
+    return max(times, default=0.0)
+
+
+def remove_abandoned_staging(
+    fs: pafs.FileSystem, location: str, older_than_s: float, now_s: float | None = None
+) -> list[str]:
+    """Remove staging directories of vacuums that died while writing (DESIGN.md section 7, rule 6).
+
+    Only this module's own ``_tmp_acidclean_`` directories without a commit marker qualify, and only
+    once nothing in them changed for ``older_than_s``: a younger one may belong to a vacuum still
+    running, and a marked one holds a commit to finish (:func:`recover_commits`).
+    """
+    now_s = time.time() if now_s is None else now_s
+    removed = []
+    for staging_dir in staging_directories(fs, location):
+        if read_marker(fs, staging_dir) is not None:
+            continue
+        if now_s - _last_written_s(fs, staging_dir) < older_than_s:
+            continue
+        fs.delete_dir(staging_dir)
+        removed.append(staging_dir)
+    return removed

@@ -22,6 +22,7 @@ acidclean.producers.vacuum`` runs the same on ``local[*]``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -32,7 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acidclean.producers.acid_files import orc_codec
-from acidclean.producers.commit import commit, finish_directories, recover_commits, staging_name
+from acidclean.producers.commit import (
+    commit,
+    finish_directories,
+    recover_commits,
+    remove_abandoned_staging,
+    staging_name,
+)
 from acidclean.producers.compact import bucket_tasks, input_row_type
 from acidclean.producers.outbox import Outbox
 from acidclean.producers.plan import CompactionPlan, CompactionType, format_bytes, plan_compaction
@@ -78,6 +85,7 @@ class VacuumResult:
     job_id: str | None = None
     publish: PublishOutcome | None = None
     earlier: list[PublishOutcome] = field(default_factory=list)  # events of earlier runs published now
+    removed_staging: tuple[str, ...] = ()  # staging directories of vacuums that died while writing
 
 
 def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
@@ -171,8 +179,12 @@ def run_vacuum(
 
     info = lookup_table(metastore, request.table, request.partition)
     location = open_location(info.location)
+    removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
         earlier += _publish_earlier(location, metastore, publisher, outbox)
+        removed_staging = tuple(
+            remove_abandoned_staging(location.fs.arrow, location.path, settings.abandoned_staging_s)
+        )
 
     db, table = split_table_name(request.table)
     valid_ids_text = metastore.valid_write_ids(db, table)
@@ -187,7 +199,9 @@ def run_vacuum(
     )
     existing = plan.existing_targets
     if existing == plan.targets:
-        return VacuumResult("already-committed", plan, new_directories=existing, earlier=earlier)
+        return VacuumResult(
+            "already-committed", plan, new_directories=existing, earlier=earlier, removed_staging=removed_staging
+        )
     if existing:
         missing = ", ".join(t for t in plan.targets if t not in existing)
         raise VacuumError(
@@ -197,7 +211,10 @@ def run_vacuum(
         )
     if request.dry_run:
         return VacuumResult("dry-run", plan, earlier=earlier)
-    return _compact_and_commit(plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier)
+    result = _compact_and_commit(
+        plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier
+    )
+    return dataclasses.replace(result, removed_staging=removed_staging)
 
 
 def _compact_and_commit(

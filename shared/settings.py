@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     group_id: str = Field("acidclean-cleaner", description="The cleaner consumer group.")
     max_wait_s: float = Field(86400.0, gt=0, description="After this long a waiting cleanup is reported as stuck.")
     state_dir: Path = Field(Path(".stack"), description="Local stack state, logs and the vacuum outbox.")
+    abandoned_staging_s: float = Field(
+        3600.0, gt=0, description="A vacuum's staging directory unchanged this long is removed by the next vacuum."
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -101,6 +101,8 @@ def vacuum(
         kind = metastore.kind
     for outcome in result.earlier:
         click.echo(f"earlier vacuum: {_outcome_line(outcome)}")
+    for staging in result.removed_staging:
+        click.echo(f"removed {staging}: the staging directory of a vacuum that died while writing")
     plan = result.plan
     if result.status == "dry-run":
         click.echo("\n".join(describe_plan(plan, kind)))

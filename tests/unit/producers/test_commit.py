@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from acidclean.producers.commit import (
     commit,
     finish_directories,
     recover_commits,
+    remove_abandoned_staging,
     staging_name,
 )
 from acidclean.producers.outbox import DRAFT, READY, Outbox
@@ -198,3 +201,32 @@ def test_an_unreadable_outbox_entry_is_reported_not_skipped(tmp_path: Path) -> N
     (tmp_path / "vacuum-broken.json").write_text("{not json")
     with pytest.raises(VacuumError, match="cannot be read"):
         Outbox(tmp_path).entries()
+
+
+def test_abandoned_staging_is_removed_once_quiet_for_the_window(tmp_path: Path) -> None:
+    old = stage(tmp_path, "died-an-hour-ago")
+    running = stage(tmp_path, "still-writing")
+    marked = stage(tmp_path, "crashed-while-renaming")
+    (Path(marked) / COMMIT_MARKER).write_text(json.dumps(draft(tmp_path)))
+    hour_ago = time.time() - 3700
+    for staging in (old, marked):
+        for path in [Path(staging), *Path(staging).rglob("*")]:
+            os.utime(path, (hour_ago, hour_ago))
+    (tmp_path / "delta_0000005_0000005_0000").mkdir()
+
+    removed = remove_abandoned_staging(FS, str(tmp_path), older_than_s=3600)
+
+    assert removed == [old]
+    assert not Path(old).exists()
+    assert Path(running).exists(), "a staging directory written recently may belong to a running vacuum"
+    assert Path(marked).exists(), "a marked staging directory holds a commit to finish, not garbage"
+    assert (tmp_path / "delta_0000005_0000005_0000").exists()
+
+
+def test_one_fresh_file_keeps_an_old_staging_directory(tmp_path: Path) -> None:
+    staging = stage(tmp_path, "slow-writer")
+    hour_ago = time.time() - 3700
+    for path in [Path(staging), *Path(staging).rglob("*")]:
+        os.utime(path, (hour_ago, hour_ago))
+    (Path(staging) / TARGETS[1] / "bucket_00001").write_bytes(b"just written")
+    assert remove_abandoned_staging(FS, str(tmp_path), older_than_s=3600) == []
