@@ -61,15 +61,17 @@ class KeptDirectory:
 
 @dataclass(frozen=True)
 class CleanupPlan:
-    """The children to delete (names, sorted) and the obsolete ones deliberately kept."""
+    """The children to delete (names, sorted), the obsolete ones deliberately kept, and why, when
+    there is nothing to do at all (``superseded``)."""
 
     delete: tuple[str, ...]
     kept: tuple[KeptDirectory, ...] = ()
+    superseded: str | None = None
 
     def note(self) -> str | None:
-        if not self.kept:
-            return None
-        return "; ".join(f"kept {item.name}: {item.reason}" for item in self.kept)[:4096]
+        notes = [self.superseded] if self.superseded else []
+        notes += [f"kept {item.name}: {item.reason}" for item in self.kept]
+        return "; ".join(notes)[:4096] if notes else None
 
 
 # -- locations and roots --------------------------------------------------------------------------
@@ -299,6 +301,14 @@ def cleaner_ids(kind: MetastoreKind, valid_ids_text: str, highest_write_id: int)
 # -- the plan -------------------------------------------------------------------------------------
 
 
+def _write_id(name: str) -> int:
+    try:
+        parsed = parse_directory_name(name)
+    except AcidLayoutError:
+        return -1
+    return parsed.max_write_id if parsed is not None else -1
+
+
 def plan_cleanup(vacuum: VacuumCommitted, children: Sequence[Entry], ids: CleanerIds) -> CleanupPlan | Refusal | NotYet:
     """What to delete among ``children`` (the location's direct children, listed now).
 
@@ -323,7 +333,20 @@ def plan_cleanup(vacuum: VacuumCommitted, children: Sequence[Entry], ids: Cleane
     try:
         state = acid_state(listing, ids.valid_ids())
     except NotEnoughHistoryError as error:
-        return NotYet(f"no base is usable for the cleaner's snapshot: {error}")
+        # Only a compacted base above the vacuum's highest write id (a later MAJOR vacuum) makes the
+        # capped snapshot unreadable. Every directory this vacuum made obsolete is obsolete under that
+        # base too, and the later vacuum's cleanup, whose lock snapshot holds every reader still
+        # running, removes it. Waiting here could never end; deleting nothing is always safe.
+        newer = sorted(
+            name for name in by_name if name.startswith(BASE_PREFIX) and _write_id(name) > vacuum.highest_write_id
+        )
+        if not newer:
+            return NotYet(f"no base is usable for the cleaner's snapshot: {error}")
+        return CleanupPlan(
+            (),
+            superseded=f"superseded by {', '.join(newer)} (a later vacuum); its cleanup removes what this one "
+            f"made obsolete; nothing deleted here",
+        )
     except AcidLayoutError as error:
         return Refusal("other", f"the table directory does not follow Hive's ACID layout: {error}; nothing deleted")
     obsolete = set(state.obsolete)

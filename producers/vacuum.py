@@ -294,7 +294,16 @@ def spark_session(master: str | None = None, app_name: str = "acidclean-vacuum")
         return active
     builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
     if master is not None or not SparkConf().contains("spark.master"):
-        builder = builder.master(master or "local[*]")
+        master = master or "local[*]"
+        builder = builder.master(master)
+        if master.startswith("local"):
+            # A local Spark serves only this process: keep it on loopback and its logging to errors.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            log_config = Path(__file__).with_name("spark-log4j2.properties")
+            os.environ.setdefault(
+                "PYSPARK_SUBMIT_ARGS",
+                f"--driver-java-options -Dlog4j2.configurationFile=file:{log_config} pyspark-shell",
+            )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session

@@ -51,6 +51,7 @@ def metastore_flavour(local_stack: Services) -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests send traffic only to 127.0.0.1
     from pyspark.sql import SparkSession
 
     session = (
