@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.errors import BusError, ConfigurationError
 
 REQUIRED_CONSUMER_SETTINGS = {
@@ -49,7 +50,7 @@ def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
 def make_consumer(kafka: Mapping[str, str], group_id: str) -> Consumer:
     """A ``confluent_kafka.Consumer`` with :func:`consumer_config`."""
     try:
-        return Consumer(consumer_config(kafka, group_id))
+        return Consumer(with_client_logger(consumer_config(kafka, group_id)))
     except KafkaException as error:
         raise ConfigurationError(f"invalid Kafka consumer settings: {error.args[0].str()}") from error
 

@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from acidclean.schemas.common import EventBase
+from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.bus.codec import DEFAULT_SOURCE, encode
 from acidclean.shared.bus.protocol import Delivery
 from acidclean.shared.bus.records import OutgoingRecord
@@ -85,7 +86,7 @@ def is_retriable(error: KafkaError) -> bool:
 
 def _kafka_producer(config: dict[str, str]) -> ProducerLike:
     try:
-        producer: ProducerLike = Producer(config)
+        producer: ProducerLike = Producer(with_client_logger(config))
     except KafkaException as error:
         raise ConfigurationError(f"invalid Kafka producer settings: {error.args[0].str()}") from error
     return producer

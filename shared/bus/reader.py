@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.errors import BusError
 
 Partition = tuple[str, int]
@@ -60,7 +61,7 @@ class LogReader:
 
     def __iter__(self) -> Iterator[Message]:
         try:
-            consumer = Consumer(self._config)
+            consumer = Consumer(with_client_logger(self._config))
         except KafkaException as error:
             raise BusError(f"invalid Kafka settings for reading: {error.args[0].str()}") from error
         try:

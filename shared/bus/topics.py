@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
+from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.errors import BusError
 from acidclean.shared.settings import Settings, TopicNames
 
@@ -61,7 +62,7 @@ def topic_specs(settings: Settings, names: Iterable[str] | None = None) -> list[
 def ensure_topics(settings: Settings, names: Iterable[str] | None = None, *, timeout_s: float = 30.0) -> TopicsReport:
     """Create the topics that do not exist yet; existing topics are left exactly as they are."""
     specs = topic_specs(settings, names)
-    admin = AdminClient(dict(settings.kafka))
+    admin = AdminClient(with_client_logger(settings.kafka))
     futures = admin.create_topics(
         [NewTopic(spec.name, spec.partitions, spec.replication_factor, config=spec.config) for spec in specs],
         operation_timeout=timeout_s,
