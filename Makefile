@@ -22,7 +22,7 @@ jars: install
 demo: jars
 	$(BIN)/acidclean demo
 
-test: jars
+test: jars lint
 	$(BIN)/pytest
 	ACIDCLEAN_TEST_METASTORE=hive3 $(BIN)/pytest -m metastore tests/integration
 
@@ -34,7 +34,7 @@ bench: jars
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy -p acidclean.shared -p acidclean.schemas
+	$(BIN)/mypy -p acidclean
 
 stack-down:
 	$(BIN)/acidclean stack down
