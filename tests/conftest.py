@@ -20,6 +20,9 @@ import pytest
 
 from acidclean.deploy.local.provision import Services, provide_services, remove_state
 
+# Tests and benchmarks send traffic only to 127.0.0.1: every Spark they start binds to loopback.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 
 @pytest.fixture(scope="session")
 def local_stack() -> Iterator[Services]:
@@ -51,7 +54,6 @@ def metastore_flavour(local_stack: Services) -> str:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # tests send traffic only to 127.0.0.1
     from pyspark.sql import SparkSession
 
     session = (
