@@ -4,7 +4,12 @@
 derives one :class:`AuditRow` per vacuum, whatever order the events arrive in (the topics have no
 order between them) and however often one is delivered (duplicates share an ``event_id``). The
 state of a vacuum is ``cleaned`` once a ``CleanupDone`` exists, else ``rejected`` once it was
-dead-lettered, else ``stuck`` when its latest delay envelope says so, else ``waiting``.
+dead-lettered, else ``stuck`` when its latest delay envelope says so, else ``waiting`` (also while
+a ``CleanupStarted`` awaits its ``CleanupDone``).
+
+A cleaned vacuum's directories removed are those its ``CleanupDone`` events list and those its
+``CleanupStarted`` events announced: a cleaner that died between deleting and reporting leaves a
+``CleanupDone`` from its successor that lists nothing, because nothing was left to remove.
 
 :func:`read_audit` reads the vacuum, delay, done and dead-letter topics from the beginning to their
 current end without joining a consumer group, decodes every record (an unreadable one becomes a
@@ -25,6 +30,7 @@ from acidclean.schemas.common import EventBase, LockSnapshotEntry
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
+    CleanupStarted,
     DelayEnvelope,
     Event,
     VacuumCommitted,
@@ -39,7 +45,7 @@ AuditState = Literal["waiting", "cleaned", "rejected", "stuck"]
 AUDIT_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "vacuum_committed": (VacuumCommitted,),
     "cleanup_delay": (DelayEnvelope,),
-    "cleanup_done": (CleanupDone,),
+    "cleanup_done": (CleanupStarted, CleanupDone),
     "dead_letter": (CleanupRejected,),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -115,14 +121,16 @@ class _History:
     """What one vacuum's row needs, updated as its events stream by.
 
     Only the events the row shows are kept (the first vacuum event, the latest delay envelope, the
-    done events, the first rejection), so memory grows with the number of vacuums, not of events.
-    Every choice is by (time, event id), so neither arrival order nor duplicates change the row.
+    started and done events, the first rejection), so memory grows with the number of vacuums, not
+    of events. Every choice is by (time, event id), so neither arrival order nor duplicates change
+    the row; of two events sharing an id (a replay), the earlier one counts.
     """
 
     first: tuple[Order, EventBase] | None = None
     first_with_table: tuple[Order, EventBase] | None = None
     vacuum: tuple[Order, VacuumCommitted] | None = None
     latest_delay: tuple[tuple[int, datetime, str], DelayEnvelope] | None = None
+    starts: dict[str, CleanupStarted] = field(default_factory=dict)
     dones: dict[str, CleanupDone] = field(default_factory=dict)
     rejection: tuple[Order, CleanupRejected] | None = None
     last_event_at: datetime = EPOCH
@@ -139,8 +147,10 @@ class _History:
             rank = (event.attempt, *order)
             if self.latest_delay is None or rank > self.latest_delay[0]:
                 self.latest_delay = (rank, event)
+        elif isinstance(event, CleanupStarted):
+            _keep_earliest(self.starts, event)
         elif isinstance(event, CleanupDone):
-            self.dones.setdefault(order[1], event)
+            _keep_earliest(self.dones, event)
         elif isinstance(event, CleanupRejected):
             self.rejection = _earlier(event, order, self.rejection)
 
@@ -150,23 +160,37 @@ class _History:
         latest = self.latest_delay[1] if self.latest_delay else None
         rejection = self.rejection[1] if self.rejection else None
         dones = sorted(self.dones.values(), key=_order)
+        starts = sorted(self.starts.values(), key=_order)
         vacuum = self.vacuum[1] if self.vacuum else (latest.vacuum if latest else None)
         identified = vacuum or (self.first_with_table[1] if self.first_with_table else first)
+        # The latest start, unless a delay followed it (a delete that failed is delayed after its start).
+        started = max(starts, key=_rank, default=None)
+        if started is not None and self.latest_delay is not None and _rank(started) < self.latest_delay[0]:
+            started = None
 
         removed: dict[str, int] = {}
         for done in dones:
             for directory in done.directories_removed:
                 removed.setdefault(directory.name, directory.bytes)
+        reported = len(removed)
+        if any(not done.dry_run for done in dones):
+            # Once a CleanupDone exists the cleanup finished: everything announced is gone, either deleted
+            # then or found gone later (after a restart, or by a retry of a delete that failed).
+            for start in starts:
+                for directory in start.directories_to_remove:
+                    removed.setdefault(directory.name, directory.bytes)
         state: AuditState
         if dones:
-            state, reason = "cleaned", _cleaned_reason(dones[0])
+            state, reason = "cleaned", _cleaned_reason(dones[0], len(removed) - reported)
         elif rejection is not None:
             state, reason = "rejected", f"{rejection.reason_code}: {rejection.reason}"
+        elif started is not None:
+            state, reason = "waiting", _started_reason(started)
         elif latest is not None and latest.stuck:
             state, reason = "stuck", _waiting_reason(latest)
         else:
             state, reason = "waiting", _waiting_reason(latest) if latest else None
-        pending = latest is not None and state in ("waiting", "stuck")
+        pending = latest is not None and started is None and state in ("waiting", "stuck")
         return AuditRow(
             vacuum_id=str(first.correlation_id) if first.correlation_id else None,
             tenant=identified.tenant,
@@ -176,11 +200,11 @@ class _History:
             vacuum_time=vacuum.occurred_at if vacuum else None,
             new_directories=tuple(vacuum.new_directories) if vacuum else (),
             state=state,
-            attempts=max([latest.attempt if latest else 0] + [d.attempts for d in dones]),
-            time_waited_ms=_time_waited(vacuum, latest, dones, state),
+            attempts=max([latest.attempt if latest else 0] + [s.attempt for s in starts] + [d.attempts for d in dones]),
+            time_waited_ms=_time_waited(vacuum, started or latest, dones, state),
             directories_removed=tuple(removed),
             bytes_freed=sum(removed.values()),
-            cleaner_id=dones[0].cleaner_id if dones else None,
+            cleaner_id=dones[0].cleaner_id if dones else (started.cleaner_id if started else None),
             reason=reason,
             locks_held=tuple(latest.locks_held) if latest and pending else (),
             stuck_since=latest.stuck_since if latest and state == "stuck" else None,
@@ -189,10 +213,38 @@ class _History:
         )
 
 
-def _cleaned_reason(done: CleanupDone) -> str | None:
+_Reported = TypeVar("_Reported", CleanupStarted, CleanupDone)
+
+
+def _keep_earliest(kept: dict[str, _Reported], event: _Reported) -> None:
+    """Keep one event per id, the earliest: a replay after a crash reuses the id but may list less."""
+    current = kept.get(str(event.event_id))
+    if current is None or _order(event) < _order(current):
+        kept[str(event.event_id)] = event
+
+
+def _rank(started: CleanupStarted) -> tuple[int, datetime, str]:
+    return (started.attempt, *_order(started))
+
+
+def _cleaned_reason(done: CleanupDone, unreported: int) -> str | None:
     if done.dry_run:
         return "dry run: nothing deleted" + (f"; {done.note}" if done.note else "")
+    if unreported:
+        restart = (
+            f"{unreported} director{'y' if unreported == 1 else 'ies'} removed before a cleaner restart or retry "
+            "(announced by CleanupStarted, not listed by CleanupDone)"
+        )
+        return restart + (f"; {done.note}" if done.note else "")
     return done.note
+
+
+def _started_reason(started: CleanupStarted) -> str:
+    count = len(started.directories_to_remove)
+    return (
+        f"cleaning started by {started.cleaner_id} ({count} director{'y' if count == 1 else 'ies'} announced), "
+        "not yet reported"
+    )
 
 
 def _waiting_reason(latest: DelayEnvelope) -> str:
@@ -203,7 +255,10 @@ def _waiting_reason(latest: DelayEnvelope) -> str:
 
 
 def _time_waited(
-    vacuum: VacuumCommitted | None, latest: DelayEnvelope | None, dones: list[CleanupDone], state: AuditState
+    vacuum: VacuumCommitted | None,
+    latest: DelayEnvelope | CleanupStarted | None,
+    dones: list[CleanupDone],
+    state: AuditState,
 ) -> int | None:
     if dones:
         return dones[0].time_waited_ms
@@ -226,7 +281,7 @@ def fold(events: Iterable[Event]) -> list[AuditRow]:
     """One row per vacuum, oldest first; a rejection that names no vacuum gets a row of its own."""
     histories: dict[str, _History] = {}
     for event in events:
-        if not isinstance(event, (VacuumCommitted, DelayEnvelope, CleanupDone, CleanupRejected)):
+        if not isinstance(event, (VacuumCommitted, DelayEnvelope, CleanupStarted, CleanupDone, CleanupRejected)):
             continue  # DeltaCommitted and others are not part of a vacuum's history
         group = str(event.correlation_id) if event.correlation_id is not None else f"event:{event.event_id}"
         histories.setdefault(group, _History()).add(event)

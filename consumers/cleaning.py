@@ -5,7 +5,8 @@ record the decoder already refused) and returns only once its outcome is acknowl
 
 * locks of the snapshot still held, or the metastore unreachable (fail closed): a delay envelope;
 * ready: the obsolete directories are computed again from the current listing, checked against
-  rules 3 and 4 (:mod:`acidclean.consumers.safety`), deleted with the delete pool, and
+  rules 3 and 4 (:mod:`acidclean.consumers.safety`), announced by a ``CleanupStarted`` that the
+  broker must acknowledge before the first delete, deleted with the delete pool, and
   ``CleanupDone`` lists them (file counts, bytes); a table dropped meanwhile gives a ``CleanupDone``
   with nothing removed and the reason;
 * anything unsafe or invalid: ``CleanupRejected`` on the dead-letter topic, nothing deleted.
@@ -24,11 +25,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -50,6 +51,7 @@ from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
+    CleanupStarted,
     DelayEnvelope,
     RemovedDirectory,
     VacuumCommitted,
@@ -62,6 +64,9 @@ from acidclean.shared.filesystem import FileSystem, StorageError, TreeSize
 from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
 
 LOGGER = logging.getLogger("acidclean.cleaner")
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
 
 CRASH_POINTS = ("before-delete", "mid-delete", "after-delete", "after-done")
 CrashPoint = Literal["before-delete", "mid-delete", "after-delete", "after-done"]
@@ -390,7 +395,7 @@ class CleanupHandler:
             correlation_id=vacuum.event_id,
             directories_removed=list(removed),
             time_waited_ms=max(0, int((now - vacuum.occurred_at).total_seconds() * 1000)),
-            attempts=(processed.attempt if isinstance(processed, DelayEnvelope) else 0) + 1,
+            attempts=_attempt(processed),
             cleaner_id=self.config.cleaner_id,
             dry_run=self.config.dry_run,
             note=note,
@@ -487,25 +492,21 @@ class CleanupHandler:
         locks: TableLockCheck,
     ) -> Outcome:
         vacuum = vacuum_of(processed)
+        planned = self._measure(storage, plan.delete)
         if self.config.dry_run:
-            would_remove = [
-                RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
-                for name, size in ((name, self._size(storage, name)) for name in plan.delete)
-            ]
-            return self._report_done(processed, self._done(processed, would_remove, plan.note()), "dry_run")
+            return self._report_done(processed, self._done(processed, planned, plan.note()), "dry_run")
+        if planned:
+            # Acknowledged before the first delete: if this process dies before its CleanupDone is
+            # acknowledged, the restarted cleaner finds these gone and only this event says what was deleted.
+            self._announce(processed, planned)
         self._crash_point("before-delete")
-        names = list(plan.delete)
+        pending = list(planned)
         removed: list[RemovedDirectory] = []
         errors: list[str] = []
-        if self.config.crash_at == "mid-delete" and names:
-            removed.append(self._remove(storage, names.pop(0)))
+        if self.config.crash_at == "mid-delete" and pending:
+            removed.append(self._remove(storage, pending.pop(0)))
             self._crash_point("mid-delete")
-        results = (
-            self._delete_pool.map(self._try_remove, [storage] * len(names), names)
-            if self._delete_pool is not None and len(names) > 1
-            else map(self._try_remove, [storage] * len(names), names)
-        )
-        for result in results:
+        for result in self._each(self._try_remove, storage, pending):
             if isinstance(result, str):
                 errors.append(result)
             else:
@@ -534,6 +535,37 @@ class CleanupHandler:
         outcome = self._report_done(processed, self._done(processed, removed, plan.note()), "cleaned")
         self._crash_point("after-done")
         return outcome
+
+    def _announce(self, processed: VacuumCommitted | DelayEnvelope, planned: Sequence[RemovedDirectory]) -> None:
+        """Publish the CleanupStarted of ``planned``; returns once the broker has it (raises ``BusError`` if not)."""
+        vacuum = vacuum_of(processed)
+        names = sorted(directory.name for directory in planned)
+        started = CleanupStarted(
+            # A replay of the same event announcing the same directories gets the same id.
+            event_id=derived_event_id(processed.event_id, "cleanup-started:" + "/".join(names)),
+            tenant=vacuum.tenant,
+            table=vacuum.table,
+            partition=vacuum.partition,
+            occurred_at=self._clock.now(),
+            causation_id=processed.event_id,
+            correlation_id=vacuum.event_id,
+            directories_to_remove=list(planned),
+            attempt=_attempt(processed),
+            cleaner_id=self.config.cleaner_id,
+        )
+        self._publish(self.config.topics.cleanup_done, started)
+        log(
+            LOGGER,
+            logging.INFO,
+            "cleanup started",
+            event_id=processed.event_id,
+            vacuum_id=vacuum.event_id,
+            table=vacuum.table,
+            partition=vacuum.partition,
+            attempt=started.attempt,
+            to_remove=names,
+            bytes=started.bytes_to_free,
+        )
 
     def _report_done(self, processed: VacuumCommitted | DelayEnvelope, done: CleanupDone, kind: OutcomeKind) -> Outcome:
         self._publish(self.config.topics.cleanup_done, done)
@@ -567,16 +599,34 @@ class CleanupHandler:
         except (OSError, AcidCleanError):
             return TreeSize(0, 0)
 
-    def _remove(self, storage: StorageLocationLike, name: str) -> RemovedDirectory:
-        size = self._size(storage, name)
-        storage.fs.delete_dir(storage.child(name))
-        return RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
+    def _measure(self, storage: StorageLocationLike, names: Sequence[str]) -> list[RemovedDirectory]:
+        """File count and bytes of each directory (in the delete pool: a big tree takes a while to walk)."""
+        sizes = self._each(self._size, storage, names)
+        return [
+            RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
+            for name, size in zip(names, sizes, strict=True)
+        ]
 
-    def _try_remove(self, storage: StorageLocationLike, name: str) -> RemovedDirectory | str:
+    def _each(
+        self,
+        function: Callable[[StorageLocationLike, _Item], _Result],
+        storage: StorageLocationLike,
+        items: Sequence[_Item],
+    ) -> Iterator[_Result]:
+        """``function(storage, item)`` for every item, in order; in the delete pool when there are several."""
+        if self._delete_pool is not None and len(items) > 1:
+            return self._delete_pool.map(function, [storage] * len(items), items)
+        return map(function, [storage] * len(items), items)
+
+    def _remove(self, storage: StorageLocationLike, directory: RemovedDirectory) -> RemovedDirectory:
+        storage.fs.delete_dir(storage.child(directory.name))
+        return directory
+
+    def _try_remove(self, storage: StorageLocationLike, directory: RemovedDirectory) -> RemovedDirectory | str:
         try:
-            return self._remove(storage, name)
+            return self._remove(storage, directory)
         except (StorageError, OSError) as error:
-            return f"{name}: {error}"
+            return f"{directory.name}: {error}"
 
     def _crash_point(self, point: CrashPoint) -> None:
         """Test hook (ACIDCLEAN_CRASH_AT): die here as abruptly as a power cut would."""
@@ -584,6 +634,11 @@ class CleanupHandler:
             log(LOGGER, logging.WARNING, f"crash hook: SIGKILL at {point}", crash_at=point)
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _attempt(processed: VacuumCommitted | DelayEnvelope) -> int:
+    """The readyToClean check this is (a vacuum's first, or one more than its envelope's)."""
+    return (processed.attempt if isinstance(processed, DelayEnvelope) else 0) + 1
 
 
 def _exists(fs: FileSystem, path: str) -> bool:

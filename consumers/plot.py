@@ -7,7 +7,7 @@ from pathlib import Path
 
 from acidclean.consumers.timeline import Timeline, TimelineEvent, build_timeline
 from acidclean.schemas.common import EventBase
-from acidclean.schemas.events import CleanupDone, DelayEnvelope, DeltaCommitted, VacuumCommitted
+from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, DeltaCommitted, VacuumCommitted
 from acidclean.shared.bus import LogReader, decode, raw_record
 from acidclean.shared.settings import Settings
 
@@ -15,7 +15,7 @@ TIMELINE_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "delta_committed": (DeltaCommitted,),
     "vacuum_committed": (VacuumCommitted,),
     "cleanup_delay": (DelayEnvelope,),
-    "cleanup_done": (CleanupDone,),
+    "cleanup_done": (CleanupStarted, CleanupDone),
 }
 MARK_LABEL = {"vacuum": "vacuum committed", "wait": "requeued (locks held)", "cleanup": "cleanup done"}
 MARK_STYLE = {"vacuum": ("tab:blue", "-"), "wait": ("tab:orange", ":"), "cleanup": ("tab:green", "--")}
@@ -29,7 +29,7 @@ def read_timeline(settings: Settings, table: str, partition: str | None = None) 
     for message in reader:
         record = raw_record(message)
         event = decode(record, rejected_by="acidclean-plot", tenant=settings.tenant, expected=expected[record.topic])
-        if isinstance(event, DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupDone):
+        if isinstance(event, DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupStarted | CleanupDone):
             events.append(event)
     return build_timeline(events, table, partition)
 

@@ -4,6 +4,10 @@ made to wait and cleaned. Pure: events in, points and marks out; ``plot`` draws 
 The count starts at zero with the first event read, so it is exact for a table whose whole history
 is on the topics (the topics keep vacuum and cleanup events forever; ingest events follow the broker's
 retention) and a lower bound otherwise.
+
+As in the audit, a cleanup removes what its ``CleanupDone`` lists and what the vacuum's
+``CleanupStarted`` events announced (a cleaner restarted between deleting and reporting lists
+nothing); the count falls when the ``CleanupDone`` arrives, not at the announcement.
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from acidclean.schemas.events import CleanupDone, DelayEnvelope, DeltaCommitted, VacuumCommitted
+from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, DeltaCommitted, VacuumCommitted
 
 MarkKind = Literal["vacuum", "wait", "cleanup"]
-TimelineEvent = DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupDone
+TimelineEvent = DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupStarted | CleanupDone
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,12 @@ def _event_time(event: TimelineEvent) -> datetime:
 def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str | None = None) -> Timeline:
     """The delta-directory count over time and the vacuum, wait and cleanup marks of one table."""
     ordered = sorted((e for e in events if _matches(e, table, partition)), key=_event_time)
+    announced: dict[str, set[str]] = {}  # vacuum id -> directories its CleanupStarted events named
+    for event in ordered:
+        if isinstance(event, CleanupStarted):
+            announced.setdefault(str(event.correlation_id), set()).update(
+                d.name for d in event.directories_to_remove
+            )
     present: set[str] = set()
     seen_events: set[str] = set()
     points: list[tuple[datetime, int]] = []
@@ -59,6 +69,8 @@ def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str |
         if str(event.event_id) in seen_events:
             continue  # at-least-once delivery: a duplicate changes nothing
         seen_events.add(str(event.event_id))
+        if isinstance(event, CleanupStarted):
+            continue  # counted when its CleanupDone arrives
         if isinstance(event, DeltaCommitted):
             present.add(event.delta_directory)
         elif isinstance(event, VacuumCommitted):
@@ -67,8 +79,10 @@ def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str |
         elif isinstance(event, DelayEnvelope):
             marks.append(Mark(event.occurred_at, "wait", f"wait #{event.attempt}: {len(event.locks_held)} lock(s)"))
         else:
-            removed = [d.name for d in event.directories_removed if is_delta_directory(d.name)]
-            present.difference_update(removed)
-            marks.append(Mark(event.occurred_at, "cleanup", f"cleanup: {len(event.directories_removed)} removed"))
+            removed = {d.name for d in event.directories_removed}
+            if not event.dry_run:
+                removed |= announced.get(str(event.correlation_id), set())
+            present.difference_update(name for name in removed if is_delta_directory(name))
+            marks.append(Mark(event.occurred_at, "cleanup", f"cleanup: {len(removed)} removed"))
         points.append((event.occurred_at, len(present)))
     return Timeline(table, partition, tuple(points), tuple(marks))

@@ -1,8 +1,9 @@
 """The events of acidclean (DESIGN.md section 5), one pydantic model each.
 
 ``VacuumCommitted`` is published by the vacuum job; the cleaner answers with a ``DelayEnvelope``
-(locks still held, check again later), a ``CleanupDone`` or a ``CleanupRejected`` (dead letter);
-ingest writers may publish ``DeltaCommitted``. The JSON Schemas under ``schemas/json/`` are
+(locks still held, check again later), a ``CleanupDone`` or a ``CleanupRejected`` (dead letter),
+and announces every deletion with a ``CleanupStarted`` before it deletes anything; ingest writers
+may publish ``DeltaCommitted``. The JSON Schemas under ``schemas/json/`` are
 generated from these models (``python -m acidclean.schemas.generate``) and are the published
 contract; change a model only in ways that keep every previously valid event valid.
 """
@@ -110,6 +111,38 @@ class RemovedDirectory(StrictModel):
     bytes: int = Field(ge=0)
 
 
+class CleanupStarted(EventBase):
+    """The cleaner is about to delete these directories: published, and acknowledged, before the first delete.
+
+    If the cleaner dies after deleting but before its ``CleanupDone`` is acknowledged, the restarted
+    cleaner finds nothing left to remove; this event is then the only record on the topics of what
+    was deleted. Its ``event_id`` is derived from the handled event and the directory names, so a
+    replay that announces the same directories publishes the same id.
+    """
+
+    event_type = "acidclean.cleanup.started"
+
+    table: TableName = Field(description="The table, as db.table.")
+    causation_id: uuid.UUID = Field(description="The event being handled (the vacuum or a delay envelope).")
+    correlation_id: uuid.UUID = Field(description="The vacuum's event_id.")
+    directories_to_remove: list[RemovedDirectory] = Field(
+        min_length=1, description="Directories about to be deleted, with their file count and bytes now."
+    )
+    attempt: int = Field(ge=1, description="readyToClean checks it took (this one included).")
+    cleaner_id: NonEmpty = Field(description="The cleaner process deleting them.")
+
+    @model_validator(mode="after")
+    def _distinct_directories(self) -> CleanupStarted:
+        names = [directory.name for directory in self.directories_to_remove]
+        if len(set(names)) != len(names):
+            raise ValueError("a CleanupStarted lists each directory once")
+        return self
+
+    @property
+    def bytes_to_free(self) -> int:
+        return sum(directory.bytes for directory in self.directories_to_remove)
+
+
 class CleanupDone(EventBase):
     """The obsolete directories of a vacuum are gone (or there was nothing left to remove)."""
 
@@ -204,10 +237,11 @@ class DeltaCommitted(EventBase):
     bytes: int = Field(ge=0)
 
 
-Event = VacuumCommitted | DelayEnvelope | CleanupDone | CleanupRejected | DeltaCommitted
+Event = VacuumCommitted | DelayEnvelope | CleanupStarted | CleanupDone | CleanupRejected | DeltaCommitted
 EVENT_CLASSES: tuple[type[EventBase], ...] = (
     VacuumCommitted,
     DelayEnvelope,
+    CleanupStarted,
     CleanupDone,
     CleanupRejected,
     DeltaCommitted,
@@ -217,6 +251,7 @@ EVENT_CLASS_BY_TYPE: dict[str, type[EventBase]] = {cls.event_type: cls for cls i
 TOPIC_FIELD: dict[type[EventBase], str] = {
     VacuumCommitted: "vacuum_committed",
     DelayEnvelope: "cleanup_delay",
+    CleanupStarted: "cleanup_done",  # on the done topic, so it stays in order with its CleanupDone
     CleanupDone: "cleanup_done",
     CleanupRejected: "dead_letter",
     DeltaCommitted: "delta_committed",

@@ -30,7 +30,14 @@ from confluent_kafka import Consumer, TopicPartition
 
 from acidclean.consumers.cleaner import Cleaner, CleanerOptions
 from acidclean.schemas.common import LockSnapshotEntry
-from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, Event, VacuumCommitted
+from acidclean.schemas.events import (
+    CleanupDone,
+    CleanupRejected,
+    CleanupStarted,
+    DelayEnvelope,
+    Event,
+    VacuumCommitted,
+)
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.writer import insert_events, write_bucket_file
 from acidclean.shared.bus.codec import decode
@@ -292,7 +299,11 @@ class Watcher:
         return found
 
     def done(self, vacuum: VacuumCommitted) -> list[CleanupDone]:
-        return self.of("cleanup_done", vacuum)
+        return [event for event in self.of("cleanup_done", vacuum) if isinstance(event, CleanupDone)]
+
+    def started(self, vacuum: VacuumCommitted) -> list[CleanupStarted]:
+        """The CleanupStarted announcements (on the done topic) of ``vacuum``."""
+        return [event for event in self.of("cleanup_done", vacuum) if isinstance(event, CleanupStarted)]
 
     def delays(self, vacuum: VacuumCommitted) -> list[DelayEnvelope]:
         return self.of("cleanup_delay", vacuum)

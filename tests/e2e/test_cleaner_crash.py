@@ -3,7 +3,8 @@
 The cleaner runs as a subprocess (``acidclean cleaner``); the test-only hook ``ACIDCLEAN_CRASH_AT``
 makes it kill itself at one step. The restarted process (same static group member id, so it takes
 the partitions back at once) must finish the vacuum: every obsolete directory ends deleted, nothing
-else is, and at most one duplicate ``CleanupDone`` with nothing removed appears.
+else is, and at most one duplicate ``CleanupDone`` with nothing removed appears. Whatever the step,
+the ``CleanupStarted`` published before the first delete lets the audit list every directory deleted.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cleaner_support import (
     start_cleaner_process,
 )
 
+from acidclean.consumers.audit import read_audit
 from acidclean.shared.metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
@@ -68,6 +70,8 @@ def test_killed_at_each_step_then_restarted_every_vacuum_ends_cleaned_and_nothin
         remaining = [name for name in singles if name in table.children()]
         assert len(singles) - len(remaining) == deleted_before_restart
         assert vacuum.new_directories[0] in table.children()
+        [announced] = watcher.wait_for(lambda: watcher.started(vacuum), 5, "CleanupStarted before the crash")
+        assert [d.name for d in announced.directories_to_remove] == singles  # acknowledged before any delete
         watcher.wait_for(lambda: len(watcher.done(vacuum)) >= done_before_restart, 5, "CleanupDone before the crash")
         assert len(watcher.done(vacuum)) == done_before_restart
 
@@ -90,3 +94,15 @@ def test_killed_at_each_step_then_restarted_every_vacuum_ends_cleaned_and_nothin
         assert dones[0].event_id == dones[1].event_id  # the duplicate carries the same id
         assert dones[1].directories_removed == []
     assert watcher.rejected(vacuum) == []
+    for again in watcher.started(vacuum)[1:]:  # the restart announces what it still found, if anything
+        same = [d.name for d in again.directories_to_remove] == singles
+        assert (again.event_id == announced.event_id) == same  # same announcement, same id
+
+    rows, _ = read_audit(settings, table=table.full_name)
+    [row] = [row for row in rows if row.vacuum_id == str(vacuum.event_id)]
+    assert row.state == "cleaned"
+    assert sorted(row.directories_removed) == sorted(singles)  # from the topics alone, even after a crash
+    assert row.bytes_freed == sum(d.bytes for d in announced.directories_to_remove) > 0
+    if crash_at == "after-delete":  # the successor's CleanupDone listed nothing: the announcement says what went
+        assert dones[-1].directories_removed == []
+        assert row.reason is not None and row.reason.startswith("3 directories removed before a cleaner restart")

@@ -27,7 +27,7 @@ from acidclean.consumers.cleaning import (
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.safety import TenantRoots
 from acidclean.schemas.common import EventBase
-from acidclean.schemas.events import Event, VacuumCommitted
+from acidclean.schemas.events import CleanupDone, CleanupStarted, Event, VacuumCommitted
 from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.bus.records import RawRecord
@@ -271,6 +271,12 @@ class Rig:
 
     def published(self, topic: str) -> list[Event]:
         return self.bus.events(topic)
+
+    def dones(self) -> list[CleanupDone]:
+        return [event for event in self.published(TOPICS.cleanup_done) if isinstance(event, CleanupDone)]
+
+    def starts(self) -> list[CleanupStarted]:
+        return [event for event in self.published(TOPICS.cleanup_done) if isinstance(event, CleanupStarted)]
 
     def deleted_names(self) -> list[str]:
         return sorted(path.rsplit("/", 1)[1] for path in self.fs.deleted)

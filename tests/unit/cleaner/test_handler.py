@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 
 from acidclean.consumers.readiness import ready_to_clean
 from acidclean.consumers.scheduling import delay_envelope
-from acidclean.schemas.common import derived_event_id
-from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope
+from acidclean.schemas.common import EventBase, derived_event_id
+from acidclean.schemas.events import CleanupDone, CleanupRejected, CleanupStarted, DelayEnvelope
 from acidclean.shared.acid.names import base_name, delta_name
+from acidclean.shared.bus.protocol import Delivery
 from acidclean.shared.errors import BusError
 
-from .fakes import LOCATION, TOPICS, Rig, lock, vacuum
+from .fakes import LOCATION, TOPICS, FakeFileSystem, Rig, lock, vacuum
 
 D1, D2, D3 = (delta_name(i, i, 0) for i in (1, 2, 3))
 NEW = delta_name(1, 3)
@@ -49,8 +51,7 @@ def test_released_locks_let_the_cleanup_remove_exactly_the_obsolete_directories(
     assert outcome.kind == "cleaned"
     assert rig.deleted_names() == [D1, D2, D3]
     assert rig.fs.exists(f"{LOCATION}/{NEW}")
-    [done] = rig.published(TOPICS.cleanup_done)
-    assert isinstance(done, CleanupDone)
+    [done] = rig.dones()
     assert [(d.name, d.file_count, d.bytes) for d in done.directories_removed] == [
         (D1, 2, 101),
         (D2, 2, 101),
@@ -205,8 +206,9 @@ def test_cleaning_an_already_clean_table_removes_nothing_and_still_reports(rig: 
     assert rig.handle(v).kind == "cleaned"
     again = rig.handle(v)
     assert again.kind == "cleaned" and again.removed == ()
-    dones = rig.published(TOPICS.cleanup_done)
+    dones = rig.dones()
     assert len(dones) == 2 and dones[0].event_id == dones[1].event_id  # same id: readers drop the duplicate
+    assert len(rig.starts()) == 1  # nothing left to delete: nothing announced
 
 
 def test_unacknowledged_outcome_raises_so_the_offset_is_not_committed(rig: Rig) -> None:
@@ -217,10 +219,80 @@ def test_unacknowledged_outcome_raises_so_the_offset_is_not_committed(rig: Rig) 
 
 
 def test_unacknowledged_cleanup_done_raises_after_deleting(rig: Rig) -> None:
-    rig.bus.fail_next()
+    fail_publishing(rig, CleanupDone)
     with pytest.raises(BusError):
         rig.handle(vacuum())
     assert rig.deleted_names() == [D1, D2, D3]  # a retry lists again and reports nothing left
+    [started] = rig.starts()  # ... but the announcement says what went
+    assert [d.name for d in started.directories_to_remove] == [D1, D2, D3]
+
+
+def fail_publishing(rig: Rig, event_class: type[EventBase]) -> None:
+    """Make the rig's bus refuse (BusError, nothing stored) every publish of ``event_class``."""
+    publish_many = rig.bus.publish_many
+
+    def refusing(items: Sequence[tuple[str, EventBase]]) -> list[Delivery]:
+        if any(isinstance(event, event_class) for _, event in items):
+            raise BusError(f"simulated: Kafka did not acknowledge the {event_class.__name__}")
+        return publish_many(items)
+
+    rig.bus.publish_many = refusing  # type: ignore[method-assign]
+
+
+def test_cleanup_is_announced_and_acknowledged_before_the_first_delete(rig: Rig) -> None:
+    announced_at_delete: list[list[str]] = []
+    delete_dir = rig.fs.delete_dir
+
+    def deleting(path: str) -> None:
+        announced_at_delete.append([d.name for s in rig.starts() for d in s.directories_to_remove])
+        delete_dir(path)
+
+    rig.fs.delete_dir = deleting  # type: ignore[method-assign]
+    v = vacuum()
+    outcome = rig.handle(v)
+    assert outcome.kind == "cleaned"
+    assert announced_at_delete == [[D1, D2, D3]] * 3  # already stored by the bus at every delete
+    [started, done] = rig.published(TOPICS.cleanup_done)
+    assert isinstance(started, CleanupStarted) and isinstance(done, CleanupDone)
+    assert [(d.name, d.file_count, d.bytes) for d in started.directories_to_remove] == [
+        (D1, 2, 101),
+        (D2, 2, 101),
+        (D3, 2, 101),
+    ]
+    assert started.directories_to_remove == done.directories_removed
+    assert (started.correlation_id, started.causation_id) == (v.event_id, v.event_id)
+    assert (started.attempt, started.cleaner_id, started.key) == (1, "cleaner-test", v.key)
+    assert started.occurred_at <= done.occurred_at
+
+
+def test_an_unacknowledged_announcement_deletes_nothing_and_raises(rig: Rig) -> None:
+    fail_publishing(rig, CleanupStarted)
+    with pytest.raises(BusError):
+        rig.handle(vacuum())
+    assert rig.fs.deleted == [] and rig.bus.records == {}
+
+
+def test_a_replayed_announcement_of_the_same_directories_has_the_same_id(rig: Rig) -> None:
+    v = vacuum()
+    rig.fs.fail_delete.add(f"{LOCATION}/{D2}")  # first run: D1 and D3 go, D2 stays
+    assert rig.handle(v).kind == "delayed"
+    rig.fs.fail_delete.clear()
+    again = Rig(fs=rig.fs, metastore=rig.metastore)
+    again.handle(v)  # the same event redelivered: only D2 is left to announce
+    [first], [second] = rig.starts(), again.starts()
+    assert [d.name for d in second.directories_to_remove] == [D2]
+    assert first.event_id != second.event_id  # a different announcement, a different id
+    replay = Rig(fs=FakeFileSystem(), metastore=rig.metastore)
+    replay.fs.add_acid_dirs(LOCATION, [D1, D2, D3, NEW])
+    replay.handle(v)
+    assert replay.starts()[0].event_id == first.event_id  # same event, same directories: same id
+
+
+def test_a_plan_with_nothing_to_delete_announces_nothing(rig: Rig) -> None:
+    for name in (D1, D2, D3):
+        rig.fs.delete_dir(f"{LOCATION}/{name}")
+    assert rig.handle(vacuum()).kind == "cleaned"
+    assert rig.starts() == [] and len(rig.dones()) == 1
 
 
 def test_failed_delete_waits_and_a_later_check_finishes(rig: Rig) -> None:
@@ -235,7 +307,7 @@ def test_dry_run_deletes_nothing_and_reports_what_would_go(rig: Rig) -> None:
     dry = Rig(fs=rig.fs, metastore=rig.metastore, dry_run=True)
     outcome = dry.handle(vacuum())
     assert outcome.kind == "dry_run" and dry.fs.deleted == []
-    [done] = dry.published(TOPICS.cleanup_done)
+    [done] = dry.published(TOPICS.cleanup_done)  # and no CleanupStarted
     assert isinstance(done, CleanupDone) and done.dry_run
     assert [d.name for d in done.directories_removed] == [D1, D2, D3]
 

@@ -13,7 +13,7 @@ from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.readiness import Readiness
 from acidclean.consumers.scheduling import IDLE_POLL_CAP_S, delay_envelope
-from acidclean.schemas.events import CleanupRejected, DelayEnvelope
+from acidclean.schemas.events import CleanupRejected, CleanupStarted, DelayEnvelope
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.errors import BusError
 
@@ -331,7 +331,8 @@ def test_full_cycle_waits_through_the_delay_topic_then_cleans(clock: FakeClock, 
         assert following.occurred_at >= previous.due_at  # never early
     rig.metastore.release(7)
     pump(300)
-    [done] = rig.published(TOPICS.cleanup_done)
+    [started, done] = rig.published(TOPICS.cleanup_done)
+    assert isinstance(started, CleanupStarted) and started.attempt == len(envelopes) + 1
     assert done.attempts == len(envelopes) + 1  # type: ignore[union-attr]
     assert sorted(p.rsplit("/", 1)[1] for p in rig.fs.deleted) == [delta_name(i, i, 0) for i in (1, 2, 3)]
     assert consumer.committed[(D, 0)] == len(envelopes)

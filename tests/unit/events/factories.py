@@ -10,6 +10,7 @@ from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
+    CleanupStarted,
     DelayEnvelope,
     DeltaCommitted,
     RawHeader,
@@ -86,6 +87,23 @@ def done(of: VacuumCommitted, **changes: Any) -> CleanupDone:
     return CleanupDone(**fields)
 
 
+def started(of: VacuumCommitted, **changes: Any) -> CleanupStarted:
+    """The announcement made just before the deletes that ``done(of)`` reports."""
+    fields: dict[str, Any] = {
+        "tenant": of.tenant,
+        "table": of.table,
+        "partition": of.partition,
+        "occurred_at": of.occurred_at + timedelta(seconds=4),
+        "causation_id": of.event_id,
+        "correlation_id": of.event_id,
+        "directories_to_remove": [RemovedDirectory(name="delta_0000001_0000001_0000", file_count=2, bytes=300)],
+        "attempt": 2,
+        "cleaner_id": "cleaner-1",
+    }
+    fields.update(changes)
+    return CleanupStarted(**fields)
+
+
 def source_record(**changes: Any) -> SourceRecord:
     fields: dict[str, Any] = {
         "topic": "acid.vacuum.committed",
@@ -140,4 +158,4 @@ def delta(**changes: Any) -> DeltaCommitted:
 def one_of_each() -> list[Any]:
     """One valid event of every type, linked as one vacuum's history."""
     v = vacuum()
-    return [v, delay(v), done(v), rejected(v), delta(), rejected(None, event_id=uuid.uuid4())]
+    return [v, delay(v), started(v), done(v), rejected(v), delta(), rejected(None, event_id=uuid.uuid4())]

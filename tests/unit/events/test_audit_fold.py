@@ -18,7 +18,7 @@ from acidclean.shared.bus.codec import encode
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.settings import load_settings
 
-from .factories import T0, delay, delta, done, lock, rejected, vacuum
+from .factories import T0, delay, delta, done, lock, rejected, started, vacuum
 
 
 def history() -> list[Any]:
@@ -150,6 +150,106 @@ def test_a_vacuum_not_yet_checked_is_waiting_with_no_time_waited() -> None:
     assert (row.state, row.attempts, row.time_waited_ms, row.reason) == ("waiting", 0, None, None)
 
 
+D1, D2, D3 = (f"delta_000000{i}_000000{i}_0000" for i in (1, 2, 3))
+SECOND = timedelta(seconds=1)
+
+
+def directories(*names: str) -> list[RemovedDirectory]:
+    return [RemovedDirectory(name=name, file_count=1, bytes=100 * int(name[6:13])) for name in names]
+
+
+def crash_after_delete() -> list[Any]:
+    """A cleaner announced and deleted three directories, then died before reporting; its successor
+    found nothing left and reported an empty CleanupDone."""
+    v = vacuum(table="sales.orders", partition="ds=9", occurred_at=T0 + timedelta(minutes=5))
+    return [
+        v,
+        delay(v, 1),
+        started(v, attempt=2, directories_to_remove=directories(D1, D2, D3), occurred_at=v.occurred_at + SECOND * 4),
+        done(v, attempts=2, directories_removed=[], cleaner_id="cleaner-2", occurred_at=v.occurred_at + SECOND * 9),
+    ]
+
+
+def test_directories_deleted_before_a_crash_are_listed_from_the_announcement() -> None:
+    [row] = fold(crash_after_delete())
+    assert row.state == "cleaned"
+    assert row.directories_removed == (D1, D2, D3) and row.bytes_freed == 600
+    assert row.cleaner_id == "cleaner-2" and row.attempts == 2
+    assert row.reason == (
+        "3 directories removed before a cleaner restart or retry (announced by CleanupStarted, not listed by "
+        "CleanupDone)"
+    )
+
+
+def test_an_announcement_reported_in_full_adds_nothing_and_no_note() -> None:
+    v = vacuum()
+    events = [
+        v,
+        started(v, directories_to_remove=directories(D1, D2)),
+        done(v, directories_removed=directories(D1, D2)),
+    ]
+    [row] = fold(events)
+    assert (row.state, row.directories_removed, row.bytes_freed, row.reason) == ("cleaned", (D1, D2), 300, None)
+    assert fold(events[::2]) == [row]  # the same row as without the announcement
+
+
+def test_an_announcement_without_a_report_is_waiting_and_removes_nothing_yet() -> None:
+    v = vacuum()
+    first_check = delay(v, 1)
+    [row] = fold([v, first_check, started(v, attempt=2, directories_to_remove=directories(D1, D2))])
+    assert row.state == "waiting" and row.directories_removed == () and row.bytes_freed == 0
+    assert row.reason == "cleaning started by cleaner-1 (2 directories announced), not yet reported"
+    assert row.cleaner_id == "cleaner-1" and row.attempts == 2 and row.time_waited_ms == 4000
+    assert row.locks_held == () and row.next_check_at is None  # the delay before it is over
+
+
+def test_a_delete_that_failed_after_the_announcement_shows_the_delay_again() -> None:
+    v = vacuum()
+    announced = started(v, attempt=1, occurred_at=v.occurred_at + SECOND)
+    retry = delay(v, 1, occurred_at=v.occurred_at + SECOND * 2, check_error="delete failed: denied")
+    [row] = fold([v, announced, retry])
+    assert (row.state, row.reason) == ("waiting", "metastore did not answer: delete failed: denied")
+    assert row.next_check_at == retry.due_at
+
+
+def test_a_restart_in_the_middle_of_deleting_lists_both_announcements() -> None:
+    v = vacuum()
+    events = [
+        v,
+        started(v, attempt=1, directories_to_remove=directories(D1, D2, D3)),
+        # The restart finds D1 gone and announces (with another id) and reports the other two.
+        started(v, attempt=1, directories_to_remove=directories(D2, D3), occurred_at=v.occurred_at + SECOND * 9),
+        done(v, attempts=1, directories_removed=directories(D2, D3), occurred_at=v.occurred_at + SECOND * 10),
+    ]
+    [row] = fold(events)
+    assert row.directories_removed == (D2, D3, D1) and row.bytes_freed == 600
+    assert row.reason is not None and row.reason.startswith("1 directory removed before a cleaner restart")
+
+
+def test_a_replayed_report_sharing_the_id_of_the_first_does_not_hide_what_it_listed() -> None:
+    v = vacuum()
+    first = done(v, directories_removed=directories(D1, D2))
+    replay = first.model_copy(update={"occurred_at": first.occurred_at + SECOND * 60, "directories_removed": []})
+    assert fold([v, replay, first]) == fold([v, first, replay])
+    assert fold([v, replay, first])[0].directories_removed == (D1, D2)
+
+
+def test_announcements_keep_the_fold_order_independent_and_duplicate_safe() -> None:
+    events = history() + crash_after_delete()
+    expected = fold(events)
+    rng = random.Random(5)
+    for _ in range(50):
+        rng.shuffle(events)
+        assert fold(events) == expected
+        assert fold(events + events[::3]) == expected
+
+
+def test_a_dry_run_report_does_not_confirm_an_announcement() -> None:
+    v = vacuum()
+    [row] = fold([v, started(v), done(v, dry_run=True, directories_removed=[])])
+    assert row.directories_removed == () and row.reason == "dry run: nothing deleted"
+
+
 def test_select_keeps_one_table_partition_and_time_window() -> None:
     rows = fold(history())
     assert [r.partition for r in select(rows, table="sales.orders")] == ["ds=1", "ds=2"]
@@ -202,8 +302,11 @@ def test_unreadable_records_become_rejections_dated_by_the_record() -> None:
         RawRecord("p.acid.vacuum.committed", 0, 1, b"k", b"junk", (), 1_700_000_000_500),
         RawRecord("p.acid.cleanup.done", 0, 0, good.key, good.value, good.headers, 1_700_000_000_900),
     ]
+    announced = encode(started(vacuum()))
+    records.append(RawRecord("p.acid.cleanup.done", 0, 1, announced.key, announced.value, announced.headers, 1))
     events = list(decode_records(records, settings))
     assert type(events[0]).__name__ == "VacuumCommitted"
+    assert type(events[3]).__name__ == "CleanupStarted"  # belongs on the done topic
     assert events[1].occurred_at == datetime.fromtimestamp(1_700_000_000.5, timezone.utc)
     assert events[2].reason_code == "unknown_event_type"  # a vacuum event does not belong on the done topic
     assert list(decode_records(records, settings)) == events

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
+from acidclean.consumers.audit import AUDIT_TOPICS
+from acidclean.schemas.events import CleanupDone, CleanupRejected, CleanupStarted, DelayEnvelope, VacuumCommitted
 from acidclean.shared.bus.codec import (
     DUE_AT,
     decode,
@@ -22,7 +23,7 @@ from acidclean.shared.bus.codec import (
 from acidclean.shared.bus.records import OutgoingRecord, RawRecord, raw_record
 from acidclean.shared.errors import ConfigurationError
 
-from .factories import T0, delay, done, one_of_each, vacuum
+from .factories import T0, delay, done, one_of_each, started, vacuum
 
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
 
@@ -189,6 +190,20 @@ def test_event_that_does_not_belong_on_the_topic_is_rejected() -> None:
     record = as_consumed(encode(done(vacuum())))
     assert _code(decoded(record, expected=(VacuumCommitted, DelayEnvelope))) == "unknown_event_type"
     assert isinstance(decoded(record, expected=(CleanupDone,)), CleanupDone)
+
+
+def test_cleanup_started_round_trips_on_the_done_topic_with_its_ids_in_headers() -> None:
+    event = started(vacuum())
+    out = encode(event)
+    headers = dict(out.headers)
+    assert headers["ce_type"] == b"acidclean.cleanup.started"
+    assert headers["correlation_id"] == str(event.correlation_id).encode()
+    assert headers["causation_id"] == str(event.causation_id).encode()
+    record = as_consumed(out, topic="acid.cleanup.done")
+    assert decoded(record, expected=AUDIT_TOPICS["cleanup_done"]) == event
+    assert _code(decoded(record, expected=(CleanupDone,))) == "unknown_event_type"  # a reader that predates it
+    assert isinstance(decoded(as_consumed(encode(done(vacuum()))), expected=AUDIT_TOPICS["cleanup_done"]), CleanupDone)
+    assert CleanupStarted in AUDIT_TOPICS["cleanup_done"]
 
 
 def test_delay_envelope_whose_due_header_disagrees_is_rejected() -> None:

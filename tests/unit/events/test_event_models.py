@@ -9,9 +9,17 @@ import pytest
 from pydantic import ValidationError
 
 from acidclean.schemas.common import derived_event_id, event_key
-from acidclean.schemas.events import EVENT_CLASSES, CleanupDone, DelayEnvelope, VacuumCommitted
+from acidclean.schemas.events import (
+    EVENT_CLASSES,
+    TOPIC_FIELD,
+    CleanupDone,
+    CleanupStarted,
+    DelayEnvelope,
+    RemovedDirectory,
+    VacuumCommitted,
+)
 
-from .factories import T0, delay, done, lock, one_of_each, rejected, vacuum
+from .factories import T0, delay, done, lock, one_of_each, rejected, started, vacuum
 
 
 @pytest.mark.parametrize("event", one_of_each(), ids=lambda e: type(e).__name__)
@@ -130,6 +138,32 @@ def test_cleanup_done_sums_the_bytes_it_freed() -> None:
         done(vacuum(), time_waited_ms=-1)
 
 
+def test_cleanup_started_announces_at_least_one_distinct_directory_and_sums_its_bytes() -> None:
+    v = vacuum()
+    two = [RemovedDirectory(name=f"delta_000000{i}_000000{i}_0000", file_count=1, bytes=100 * i) for i in (1, 2)]
+    assert started(v, directories_to_remove=two).bytes_to_free == 300
+    with pytest.raises(ValidationError):
+        started(v, directories_to_remove=[])  # nothing to delete: nothing is announced
+    with pytest.raises(ValidationError, match="each directory once"):
+        started(v, directories_to_remove=[two[0], two[0]])
+    with pytest.raises(ValidationError):
+        started(v, attempt=0)
+    with pytest.raises(ValidationError):
+        started(v, cleaner_id="")
+
+
+@pytest.mark.parametrize("missing", ["table", "causation_id", "correlation_id", "cleaner_id", "attempt"])
+def test_cleanup_started_requires_what_an_audit_needs(missing: str) -> None:
+    body = json.loads(started(vacuum()).model_dump_json())
+    del body[missing]
+    with pytest.raises(ValidationError):
+        CleanupStarted.model_validate_json(json.dumps(body))
+
+
+def test_cleanup_started_goes_on_the_done_topic() -> None:
+    assert TOPIC_FIELD[CleanupStarted] == TOPIC_FIELD[CleanupDone] == "cleanup_done"
+
+
 def test_rejection_without_a_readable_table_is_keyed_by_tenant_alone() -> None:
     assert rejected(None).key == "acme"
     with pytest.raises(ValidationError):
@@ -157,4 +191,4 @@ def test_models_are_immutable() -> None:
 def test_every_event_class_has_a_distinct_cloudevents_type() -> None:
     types = [cls.event_type for cls in EVENT_CLASSES]
     assert all(types) and len(set(types)) == len(types)
-    assert {DelayEnvelope.event_type, CleanupDone.event_type} <= set(types)
+    assert {DelayEnvelope.event_type, CleanupStarted.event_type, CleanupDone.event_type} <= set(types)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from acidclean.consumers.plot import draw
 from acidclean.consumers.timeline import TimelineEvent, build_timeline
-from acidclean.schemas.events import DeltaCommitted, RemovedDirectory
+from acidclean.schemas.events import CleanupDone, DeltaCommitted, RemovedDirectory
 
-from .factories import T0, delay, done, vacuum
+from .factories import T0, delay, done, started, vacuum
 
 TABLE, PARTITION = "sales.orders", "ds=2025-03-14"
 
@@ -49,6 +49,18 @@ def test_duplicates_and_other_tables_change_nothing() -> None:
     other = ingest(9).model_copy(update={"table": "sales.returns"})
     timeline = build_timeline([*events, events[-1], events[0], other], TABLE, PARTITION)
     assert [count for _, count in timeline.points] == [1, 2, 3, 4, 4, 4, 1]
+
+
+def test_directories_announced_before_a_crash_fall_when_the_empty_report_arrives() -> None:
+    *before, compacted, first, second, report = story()
+    assert isinstance(report, CleanupDone)
+    announced = started(compacted, directories_to_remove=report.directories_removed, occurred_at=report.occurred_at)
+    later = report.occurred_at + timedelta(seconds=1)
+    successor = report.model_copy(update={"directories_removed": [], "occurred_at": later})
+    timeline = build_timeline([*before, compacted, first, second, announced, successor], TABLE, PARTITION)
+    assert [count for _, count in timeline.points] == [1, 2, 3, 4, 4, 4, 1]  # the announcement adds no point
+    assert timeline.marks[-1].label == "cleanup: 3 removed"
+    assert build_timeline([*story(), announced], TABLE, PARTITION) == build_timeline(story(), TABLE, PARTITION)
 
 
 def test_plot_is_a_png_file(tmp_path: Path) -> None:
