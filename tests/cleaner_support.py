@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 from confluent_kafka import Consumer, TopicPartition
 
 from acidclean.consumers.cleaner import Cleaner, CleanerOptions
+from acidclean.producers.locks import snapshot_entry
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import (
     CleanupDone,
@@ -150,23 +151,7 @@ class Table:
 
     def lock_snapshot(self) -> list[LockSnapshotEntry]:
         """The locks the metastore lists on the table now (what the vacuum records)."""
-        entries = []
-        for lock in self.metastore.show_locks(self.db, self.name):
-            acquired = None
-            if lock.acquired_at_ms:
-                acquired = datetime.fromtimestamp(lock.acquired_at_ms / 1000, timezone.utc)
-            entries.append(
-                LockSnapshotEntry(
-                    lock_id=lock.lock_id,
-                    txn_id=lock.txn_id or None,
-                    lock_type=lock.lock_type,
-                    state=lock.state,
-                    user=lock.user,
-                    host=lock.host,
-                    acquired_at=acquired,
-                )
-            )
-        return entries
+        return [snapshot_entry(lock) for lock in self.metastore.show_locks(self.db, self.name)]
 
     def minor_vacuum(self, obsolete: list[str] | None = None, **changes: Any) -> VacuumCommitted:
         """Compact every delta written so far into one delta; returns the event to publish."""
