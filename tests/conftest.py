@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -18,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from acidclean.deploy.local.provision import Services, provide_services, remove_state
+from acidclean.deploy.local.provision import Services, provide_services
+from acidclean.shared.metastore import HiveMetastore
 
 # Tests and benchmarks send traffic only to 127.0.0.1: every Spark they start binds to loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -33,7 +35,7 @@ def local_stack() -> Iterator[Services]:
         yield services
     finally:
         services.stop()
-        remove_state(state_dir)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +46,13 @@ def kafka_bootstrap(local_stack: Services) -> str:
 @pytest.fixture(scope="session")
 def metastore_uri(local_stack: Services) -> str:
     return local_stack.metastore_uri
+
+
+@pytest.fixture(scope="session")
+def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
+    """One metastore client for the session (it is thread-safe and reconnects by itself)."""
+    with HiveMetastore(metastore_uri) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

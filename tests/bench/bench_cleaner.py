@@ -20,7 +20,6 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -53,12 +52,6 @@ LATENESS_TABLES = 20
 EVENTS_PER_TABLE = 5
 WINDOW_S = 15.0
 THROUGHPUT_TABLES = 40
-
-
-@pytest.fixture
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        yield client
 
 
 def percentile(samples: list[float], q: float) -> float:

@@ -10,7 +10,6 @@ the ``CleanupStarted`` published before the first delete lets the audit list eve
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,12 +25,6 @@ from acidclean.consumers.audit import read_audit
 from acidclean.shared.metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        yield client
 
 
 STATIC_MEMBER = {"ACIDCLEAN_KAFKA_GROUP_INSTANCE_ID": "cleaner-1", "ACIDCLEAN_KAFKA_SESSION_TIMEOUT_MS": "10000"}

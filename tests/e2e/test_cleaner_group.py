@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,6 @@ from cleaner_support import (
 from acidclean.shared.metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        yield client
 
 
 def test_two_cleaners_and_a_third_joining_mid_run_clean_every_vacuum_and_nothing_twice(

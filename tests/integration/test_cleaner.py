@@ -38,12 +38,6 @@ INTERVAL_S = 0.3
 
 
 @pytest.fixture
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        yield client
-
-
-@pytest.fixture
 def root(tmp_path: Path) -> Path:
     return tmp_path
 

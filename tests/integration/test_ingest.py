@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,11 +24,9 @@ from acidclean.shared.metastore import HiveMetastore, MetastoreKind
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        client.create_database(DB)
-        yield client
+@pytest.fixture(scope="module", autouse=True)
+def database(metastore: HiveMetastore) -> None:
+    metastore.create_database(DB)
 
 
 @pytest.mark.metastore  # CI runs this on Hive 3 too

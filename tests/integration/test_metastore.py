@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
@@ -16,12 +14,6 @@ from acidclean.shared.metastore import (
 )
 
 pytestmark = pytest.mark.metastore
-
-
-@pytest.fixture
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        yield client
 
 
 @pytest.fixture

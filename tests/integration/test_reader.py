@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +22,9 @@ from acidclean.shared.metastore import HiveMetastore, LockRequestComponent, Lock
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        client.create_database(DB)
-        yield client
+@pytest.fixture(scope="module", autouse=True)
+def database(metastore: HiveMetastore) -> None:
+    metastore.create_database(DB)
 
 
 def test_the_reader_holds_a_shared_read_lock_in_its_transaction_until_it_ends(

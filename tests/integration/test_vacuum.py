@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -43,11 +42,9 @@ from acidclean.shared.settings import Settings
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def metastore(metastore_uri: str) -> Iterator[HiveMetastore]:
-    with HiveMetastore(metastore_uri) as client:
-        client.create_database(DB)
-        yield client
+@pytest.fixture(scope="module", autouse=True)
+def database(metastore: HiveMetastore) -> None:
+    metastore.create_database(DB)
 
 
 @pytest.fixture
