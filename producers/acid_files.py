@@ -23,13 +23,11 @@ from acidclean.producers.orc_tail import add_user_metadata
 from acidclean.shared.acid.events import (
     ACID_VERSION_METADATA_KEY,
     BUCKET,
-    CURRENT_TRANSACTION,
     DELETE_OPERATION,
     INSERT_OPERATION,
     OPERATION,
     ORC_ACID_VERSION,
     ORIGINAL_TRANSACTION,
-    ROW,
     ROW_ID,
 )
 from acidclean.shared.acid.writer import acid_event_schema
@@ -75,24 +73,6 @@ def insert_events_from_rows(rows: pa.Table) -> pa.Table:
             row,
         ],
         schema=acid_event_schema(pa.struct(row_fields)),
-    )
-
-
-def delete_events_from_identities(identities: pa.Table, row_type: pa.StructType) -> pa.Table:
-    """Delete events carrying each identity and the ``currentTransaction`` that deleted it; the row
-    is null, as Hive writes it."""
-    count = identities.num_rows
-    schema = acid_event_schema(row_type)
-    return pa.Table.from_arrays(
-        [
-            pa.array(np.full(count, DELETE_OPERATION, dtype=np.int32)),
-            identities.column(ORIGINAL_TRANSACTION).cast(pa.int64()),
-            identities.column(BUCKET).cast(pa.int32()),
-            identities.column(ROW_ID).cast(pa.int64()),
-            identities.column(CURRENT_TRANSACTION).cast(pa.int64()),
-            pa.nulls(count, schema.field(ROW).type),
-        ],
-        schema=schema,
     )
 
 

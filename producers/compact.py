@@ -20,7 +20,6 @@ import pyarrow.fs as pafs
 import pyarrow.orc as pa_orc
 
 from acidclean.producers.acid_files import (
-    delete_events_from_identities,
     insert_events_from_rows,
     sort_by_identity,
     write_acid_events,
@@ -31,6 +30,7 @@ from acidclean.shared.acid.names import DirectoryKind, bucket_file_name
 from acidclean.shared.acid.reader import read_delete_events, read_state, snapshot_files
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.write_ids import ValidIdList
+from acidclean.shared.acid.writer import delete_events
 from acidclean.shared.errors import UnreadableFileError
 from acidclean.shared.filesystem import open_location
 
@@ -130,7 +130,7 @@ def compact_bucket(task: BucketTask) -> BucketResult:
         rows = read_state(fs, listing, inserts_only, task.valid_ids, with_row_id=True, bucket=bucket)
         identities = read_delete_events(fs, listing, state, task.valid_ids, bucket=bucket)
         if identities.num_rows and task.delete_target is not None:
-            deletes = sort_by_identity(delete_events_from_identities(identities, task.row_type))
+            deletes = sort_by_identity(delete_events(identities, None, task.row_type))
             written.append(_write(fs, task, task.delete_target, deletes))
             deletes_written = deletes.num_rows
     if rows.num_rows:

@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 
 from acidclean.producers.acid_files import (
-    delete_events_from_identities,
     orc_codec,
     sort_by_identity,
     write_acid_events,
@@ -31,7 +30,7 @@ from acidclean.schemas.events import DeltaCommitted
 from acidclean.shared.acid.events import BUCKET, decode_bucket_property
 from acidclean.shared.acid.names import bucket_file_name, delta_name
 from acidclean.shared.acid.reader import read_snapshot
-from acidclean.shared.acid.writer import insert_events, write_acid_version_file
+from acidclean.shared.acid.writer import delete_events, insert_events, write_acid_version_file
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.errors import AcidCleanError, ConfigurationError, TableNotFoundError
 from acidclean.shared.filesystem import StorageLocation, open_location
@@ -132,7 +131,7 @@ def _delete_delta(
         "currentTransaction",
         pa.array(np.full(identities.num_rows, write_id, dtype=np.int64)),
     )
-    events = delete_events_from_identities(identities, row_type)
+    events = delete_events(identities, None, row_type)
     buckets = np.array([decode_bucket_property(v).bucket_id for v in events.column(BUCKET).to_pylist()])
     name = delta_name(write_id, write_id, STATEMENT_ID, delete=True)
     return name, _write_bucketed(location, name, events, buckets, codec)

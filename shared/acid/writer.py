@@ -82,18 +82,27 @@ def insert_events(
     )
 
 
-def delete_events(identities: pa.Table, write_id: int, row_type: pa.StructType | pa.Schema) -> pa.Table:
-    """Delete events by ``write_id`` for the rows whose identities (``originalTransaction``,
-    ``bucket``, ``rowId`` columns) are given; the ``row`` struct is null, as Hive writes it."""
+def delete_events(
+    identities: pa.Table, write_id: int | None, row_type: pa.StructType | pa.Schema
+) -> pa.Table:
+    """Delete events for the rows whose identities (``originalTransaction``, ``bucket``, ``rowId``
+    columns) are given, deleted by ``write_id``; with ``write_id=None`` each keeps the write id of its
+    own ``currentTransaction`` column (a compaction rewriting deletes of several transactions). The
+    ``row`` struct is null, as Hive writes it."""
     schema = acid_event_schema(row_type)
     count = identities.num_rows
+    deleted_by = (
+        identities.column(CURRENT_TRANSACTION).cast(pa.int64())
+        if write_id is None
+        else pa.array(np.full(count, write_id, dtype=np.int64))
+    )
     return pa.Table.from_arrays(
         [
             pa.array(np.full(count, DELETE_OPERATION, dtype=np.int32)),
             identities.column(ORIGINAL_TRANSACTION).cast(pa.int64()),
             identities.column(BUCKET).cast(pa.int32()),
             identities.column(ROW_ID).cast(pa.int64()),
-            pa.array(np.full(count, write_id, dtype=np.int64)),
+            deleted_by,
             pa.nulls(count, schema.field(ROW).type),
         ],
         schema=schema,

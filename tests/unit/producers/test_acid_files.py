@@ -12,7 +12,6 @@ import pytest
 
 from acidclean.producers.acid_files import (
     acid_stats,
-    delete_events_from_identities,
     encode_acid_file,
     insert_events_from_rows,
     is_sorted_by_identity,
@@ -22,6 +21,7 @@ from acidclean.producers.acid_files import (
 )
 from acidclean.producers.orc_tail import OrcTailError, add_user_metadata
 from acidclean.shared.acid.events import ACID_COLUMNS, encode_bucket_property
+from acidclean.shared.acid.writer import delete_events
 from acidclean.shared.errors import VacuumError
 
 BUCKET0 = encode_bucket_property(0)
@@ -90,7 +90,7 @@ def test_a_row_column_named_like_an_acid_column_is_not_taken_for_it() -> None:
 def test_delete_events_carry_the_identity_the_deleting_transaction_and_a_null_row() -> None:
     identities = rows_with_identity(2).select(["originalTransaction", "bucket", "rowId", "currentTransaction"])
     identities = identities.set_column(3, "currentTransaction", pa.array([9, 9], pa.int64()))
-    events = delete_events_from_identities(identities, pa.struct([("id", pa.int32())]))
+    events = delete_events(identities, None, pa.struct([("id", pa.int32())]))
     assert events.column("operation").to_pylist() == [2, 2]
     assert events.column("currentTransaction").to_pylist() == [9, 9]
     assert events.column("row").to_pylist() == [None, None]
@@ -124,7 +124,7 @@ def test_hive_metadata_names_the_version_the_counts_and_the_last_key_of_every_st
 
 def test_key_index_and_stats_of_a_small_delete_file() -> None:
     identities = rows_with_identity(3).select(["originalTransaction", "bucket", "rowId", "currentTransaction"])
-    events = delete_events_from_identities(identities, pa.struct([("id", pa.int32())]))
+    events = delete_events(identities, None, pa.struct([("id", pa.int32())]))
     assert acid_stats(events) == b"0,0,3"
     assert key_index(events, [3]) == f"1,{BUCKET0},2;".encode()
 

@@ -17,7 +17,7 @@ import pyarrow.fs as pafs
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from acidclean.producers.acid_files import delete_events_from_identities, sort_by_identity, write_acid_events
+from acidclean.producers.acid_files import sort_by_identity, write_acid_events
 from acidclean.producers.commit import commit, finish_directories
 from acidclean.producers.compact import bucket_tasks, compact_bucket
 from acidclean.producers.plan import CompactionPlan, CompactionType, plan_compaction
@@ -25,7 +25,7 @@ from acidclean.shared.acid.events import decode_bucket_property
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.reader import list_table_dir, read_snapshot
 from acidclean.shared.acid.write_ids import ValidWriteIdList
-from acidclean.shared.acid.writer import insert_events, write_acid_version_file
+from acidclean.shared.acid.writer import delete_events, insert_events, write_acid_version_file
 from acidclean.shared.errors import VacuumRefusedError
 from acidclean.shared.metastore import MetastoreKind
 
@@ -90,7 +90,7 @@ class Table:
             chosen = visible.take(pa.array(np.random.default_rng(seed).choice(visible.num_rows, count, replace=False)))
             chosen = chosen.set_column(3, "currentTransaction", pa.array(np.full(count, write_id), pa.int64()))
             directory = f"{self.root}/{delta_name(write_id, write_id, 0, delete=True)}"
-            events = delete_events_from_identities(chosen, ROW_TYPE)
+            events = delete_events(chosen, None, ROW_TYPE)
             buckets = np.array([decode_bucket_property(b).bucket_id for b in events.column("bucket").to_pylist()])
             for bucket in np.unique(buckets):
                 part = sort_by_identity(events.filter(pa.array(buckets == bucket)))
