@@ -18,7 +18,7 @@ import getpass
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import urlparse
 
@@ -148,15 +148,6 @@ class Metastore(Protocol):
     ) -> list[LockInfo]: ...
 
 
-@dataclass
-class _Connection:
-    host: str
-    port: int
-    timeout_s: float
-    client: Any = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
 def parse_metastore_uris(uris: str) -> list[tuple[str, int]]:
     """``thrift://h1:9083,thrift://h2:9083`` as host and port pairs."""
     parsed: list[tuple[str, int]] = []
@@ -199,7 +190,7 @@ class HiveMetastore:
     def __init__(self, uris: str, timeout_s: float = 10.0, user: str | None = None) -> None:
         self._endpoints = parse_metastore_uris(uris)
         self._timeout_s = timeout_s
-        self._connection: _Connection | None = None
+        self._client: Any = None  # an open hmsclient.HMSClient, or None
         self._guard = threading.Lock()
         self.user = user or getpass.getuser()
         self.hostname = socket.gethostname()
@@ -207,7 +198,7 @@ class HiveMetastore:
 
     # connection handling -------------------------------------------------------------------------
 
-    def _connect(self) -> _Connection:
+    def _connect(self) -> Any:
         errors = []
         for host, port in self._endpoints:
             sock = TSocket.TSocket(host, port)
@@ -219,9 +210,7 @@ class HiveMetastore:
             except TException as error:
                 errors.append(f"{host}:{port}: {error}")
                 continue
-            connection = _Connection(host, port, self._timeout_s)
-            connection.client = hmsclient.HMSClient(iprot=protocol)
-            return connection
+            return hmsclient.HMSClient(iprot=protocol)
         raise MetastoreError(
             "cannot reach the Hive Metastore at " + ", ".join(f"thrift://{h}:{p}" for h, p in self._endpoints)
             + f" ({'; '.join(errors)}); check hive.metastore.uris and that the metastore runs"
@@ -230,10 +219,10 @@ class HiveMetastore:
     def _call(self, what: str, operation: Callable[[Any], T]) -> T:
         with self._guard:
             for attempt in (1, 2):
-                if self._connection is None:
-                    self._connection = self._connect()
+                if self._client is None:
+                    self._client = self._connect()
                 try:
-                    return operation(self._connection.client)
+                    return operation(self._client)
                 except (TTransport.TTransportException, OSError, EOFError) as error:
                     self._drop_connection()
                     if attempt == 2:
@@ -248,11 +237,11 @@ class HiveMetastore:
         raise AssertionError("unreachable")
 
     def _drop_connection(self) -> None:
-        if self._connection is not None:
+        if self._client is not None:
             # Closing a broken socket may fail in many ways; it is gone either way.
             with contextlib.suppress(Exception):
-                self._connection.client._oprot.trans.close()
-            self._connection = None
+                self._client._oprot.trans.close()
+            self._client = None
 
     def close(self) -> None:
         with self._guard:

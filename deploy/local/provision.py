@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,9 +42,6 @@ class Services:
         with self._lock:
             while self._stoppers:
                 self._stoppers.pop()()
-
-    def pids(self) -> dict[str, int]:
-        return {name: int(value) for name, value in self.origin.items() if value.isdigit()}
 
 
 def docker_reachable(timeout_s: float = 2.0) -> bool:
@@ -139,6 +135,3 @@ def _stop_quietly(pid: int, name: str) -> None:
     with contextlib.suppress(Exception):
         stop_process(pid, name)
 
-
-def remove_state(state_dir: Path) -> None:
-    shutil.rmtree(state_dir, ignore_errors=True)
