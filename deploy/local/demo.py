@@ -58,6 +58,7 @@ class StoryEvents:
     rejected: CleanupRejected | None = None
     vacuum: VacuumCommitted | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
+    watching: threading.Event = field(default_factory=threading.Event)  # the watcher is assigned
 
     def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         with self.changed:
@@ -116,8 +117,7 @@ def _watch_topics(
                 _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
                 assignment.append(TopicPartition(topic, partition, high))
         consumer.assign(assignment)
-        with story.changed:
-            story.changed.notify_all()
+        story.watching.set()
         while not stop.is_set():
             message = consumer.poll(0.2)
             if message is None or message.error() is not None:
@@ -255,7 +255,8 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
             target=_watch_topics, args=(settings, name, story, narrator, stop_watch), daemon=True
         )
         watcher.start()
-        story.wait_for(lambda: True, timeout_s=30)
+        if not story.watching.wait(timeout=30):
+            raise AcidCleanError(f"could not follow the topics on {stack.kafka_bootstrap} within 30 s")
         release = threading.Event()
         try:
             with _cleaner(env, demo_dir / "cleaner.log", options.interval_ms) as pid:
