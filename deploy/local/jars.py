@@ -72,17 +72,6 @@ def kafka_libs(log_dir: Path) -> Path:
     return libs
 
 
-def require_kafka_libs() -> Path:
-    """The Kafka jar folder, which must already exist (no download)."""
-    libs = cache_dir() / "jars" / "kafka"
-    if not any(libs.glob("kafka_2.13-*.jar")):
-        raise StackError(
-            f"the Kafka jar cache {libs} is missing or empty: run `acidclean stack up` (or `make jars`) once "
-            "with Maven Central reachable, or set ACIDCLEAN_CACHE_DIR to a folder holding jars/kafka"
-        )
-    return libs
-
-
 def hive3_home(log_dir: Path) -> Path:
     """The unpacked Hive Metastore 3.1.3 distribution (lib/, scripts/), with the other jars in extra/."""
     home = cache_dir() / "jars" / HIVE3_DIST

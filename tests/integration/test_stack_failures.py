@@ -49,14 +49,6 @@ def test_missing_jar_cache_without_maven_says_to_install_maven(
         jars.kafka_libs(tmp_path / "logs")
 
 
-def test_missing_jar_cache_is_named_when_download_is_not_allowed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("ACIDCLEAN_CACHE_DIR", str(tmp_path / "empty-cache"))
-    with pytest.raises(StackError, match=r"Kafka jar cache .*empty-cache/jars/kafka is missing"):
-        jars.require_kafka_libs()
-
-
 def test_refused_download_says_maven_central_is_unreachable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
