@@ -168,6 +168,7 @@ class Cleaner:
                 topics=self.topics,
                 dry_run=self.options.dry_run,
                 crash_at=self.options.crash_at,
+                wait_for_open_txns=settings.cleanup_waits_for_open_txns,
             ),
             metastore=self._per_thread("metastore", self._metastore_factory),
             bus=self._per_thread("bus", self._bus_factory),

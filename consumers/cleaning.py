@@ -35,7 +35,13 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.consumers.readiness import Readiness, lock_scope, not_checked, ready_to_clean
+from acidclean.consumers.readiness import (
+    Readiness,
+    lock_scope,
+    not_checked,
+    open_transactions_before,
+    ready_to_clean,
+)
 from acidclean.consumers.safety import (
     CleanupPlan,
     NotYet,
@@ -43,6 +49,7 @@ from acidclean.consumers.safety import (
     TenantRoots,
     check_claims,
     check_location,
+    check_markers,
     cleaner_ids,
     plan_cleanup,
 )
@@ -56,12 +63,14 @@ from acidclean.schemas.events import (
     RemovedDirectory,
     VacuumCommitted,
 )
+from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.codec import reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
 from acidclean.shared.filesystem import FileSystem, StorageError, TreeSize
 from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
+from acidclean.shared.vacuum_marker import VACUUM_MARKER
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 
@@ -82,6 +91,8 @@ class CleanerMetastore(Protocol):
     def get_table(self, db: str, table: str, partition: str | None = None) -> TableInfo: ...
 
     def valid_write_ids(self, db: str, table: str) -> str: ...
+
+    def valid_txn_list(self) -> str: ...
 
     def show_locks(
         self, db: str | None = None, table: str | None = None, partition: str | None = None
@@ -129,6 +140,7 @@ class HandlerConfig:
     dry_run: bool = False
     crash_at: CrashPoint | None = None
     lock_check_attempts: int = 3
+    wait_for_open_txns: bool = True
 
 
 @dataclass(frozen=True)
@@ -168,11 +180,13 @@ class Outcome:
 
 
 class TableLockCheck:
-    """The lock list of one table, asked for at most once and shared by every event of a lane group.
+    """The lock list of one table (and the metastore's transaction list), asked for at most once and
+    shared by every event of a lane group.
 
-    Reusing it for later events of the group is safe: lock ids are never reused, so a snapshot lock
+    Reusing them for later events of the group is safe: lock ids are never reused, so a snapshot lock
     absent from an earlier list is still released; one present may have been released since, which
-    only makes the answer more cautious.
+    only makes the answer more cautious. The same holds for open transactions, and a transaction
+    list read earlier only sees fewer ``_vT`` directories as committed.
     """
 
     def __init__(self, handler: CleanupHandler, table: str) -> None:
@@ -180,9 +194,16 @@ class TableLockCheck:
         self._table = table
         self._locks: list[LockInfo] | None = None
         self._error: str | None = None
+        self._txns: ValidTxnList | None = None
         self._due: datetime | None = None
         # Envelopes of this group, published together by CleanupHandler.flush_delays (one ack).
         self.pending: list[tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]] = []
+
+    def transactions(self) -> ValidTxnList:
+        """The metastore's transaction list (raises ``MetastoreError``)."""
+        if self._txns is None:
+            self._txns = self._handler.valid_txns()
+        return self._txns
 
     def readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
         vacuum = vacuum_of(processed)
@@ -191,10 +212,17 @@ class TableLockCheck:
                 self._locks = self._handler.show_locks(self._table)
             except MetastoreError as error:
                 self._error = f"metastore show_locks failed: {error}"
+        open_before: tuple[int, ...] = ()
+        if self._locks is not None and self._handler.config.wait_for_open_txns and vacuum.next_txn_id is not None:
+            try:
+                open_before = open_transactions_before(vacuum.next_txn_id, self.transactions().open_ids)
+            except MetastoreError as error:
+                self._error = f"metastore get_open_txns_info failed: {error}"
+                self._locks = None
         if self._locks is None:
             last = processed.locks_held if isinstance(processed, DelayEnvelope) else None
             return not_checked(vacuum.lock_snapshot, last, self._error or "no answer")
-        return ready_to_clean(vacuum.lock_snapshot, self._locks)
+        return ready_to_clean(vacuum.lock_snapshot, self._locks, open_before)
 
     def due(self, now: datetime, interval_ms: int) -> datetime:
         """One due time for every envelope of this group, so they are checked together again (a new
@@ -259,6 +287,14 @@ class CleanupHandler:
     def show_locks(self, table: str) -> list[LockInfo]:
         """One table-level show_locks, retried a bounded number of times (then fail closed)."""
         db, name = lock_scope(table)
+        return self._retried("show_locks", lambda metastore: metastore.show_locks(db, name))
+
+    def valid_txns(self) -> ValidTxnList:
+        """The metastore's transaction list (open and aborted transactions), retried like show_locks."""
+        text = self._retried("get_open_txns_info", lambda metastore: metastore.valid_txn_list())
+        return ValidTxnList.from_string(text)
+
+    def _retried(self, call: str, operation: Callable[[CleanerMetastore], _Result]) -> _Result:
         retrying = Retrying(
             stop=stop_after_attempt(self.config.lock_check_attempts),
             wait=wait_exponential(multiplier=0.05, max=0.5),
@@ -267,8 +303,8 @@ class CleanupHandler:
         )
         for attempt in retrying:
             with attempt:
-                self._metrics.metastore_calls.labels("show_locks").inc()
-                return self._metastore().show_locks(db, name)
+                self._metrics.metastore_calls.labels(call).inc()
+                return operation(self._metastore())
         raise AssertionError("unreachable")
 
     def stuck_count(self, within_s: float) -> int:
@@ -440,7 +476,24 @@ class CleanupHandler:
                 done = self._done(processed, (), f"the location {table.location} no longer exists; nothing to remove")
                 return self._report_done(processed, done, "cleaned")
             return self._delay(processed, not_checked(vacuum.lock_snapshot, (), f"storage: {error}"), locks)
-        plan = plan_cleanup(vacuum, children, ids)
+        try:
+            txns = locks.transactions()
+        except MetastoreError as error:
+            return self._delay(
+                processed, not_checked(vacuum.lock_snapshot, (), f"metastore get_open_txns_info failed: {error}"), locks
+            )
+        try:
+            markers = {
+                name: storage.fs.read_file(storage.child(f"{name}/{VACUUM_MARKER}"))
+                for name in vacuum.new_directories
+                if any(entry.name == name and entry.is_dir for entry in children)
+            }
+        except StorageError as error:
+            return self._delay(processed, not_checked(vacuum.lock_snapshot, (), f"storage: {error}"), locks)
+        refusal = check_markers(vacuum, markers)
+        if refusal is not None:
+            return self._refuse(work, processed, refusal)
+        plan = plan_cleanup(vacuum, children, ids, txns)
         if isinstance(plan, Refusal):
             return self._refuse(work, processed, plan)
         if isinstance(plan, NotYet):

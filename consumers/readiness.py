@@ -12,7 +12,13 @@ filter leaves out table-level locks (``hl_partition = ?`` excludes NULL), so a r
 table-level SHARED_READ lock would look released to a partition-filtered check. One table-level call
 also serves every pending event of that table and its partitions.
 
-Pure: the caller does the metastore call; a failed call is :func:`not_checked` (fail closed).
+Readers that take no locks at all (Hive 4 with ``hive.txn.read.locks=false`` or lockless reads,
+HIVE-26165) leave the snapshot empty. For them the second condition is Hive 4's own Cleaner rule: every
+transaction open when the vacuum committed has ended (no open transaction id below the vacuum's
+``next_txn_id``). It is on by default (``cleanup_waits_for_open_txns``); one long transaction anywhere
+then delays cleaning, which is the price of not knowing what a lockless reader reads.
+
+Pure: the caller does the metastore calls; a failed call is :func:`not_checked` (fail closed).
 """
 
 from __future__ import annotations
@@ -31,17 +37,37 @@ class Readiness:
     ready: bool
     locks_held: tuple[LockSnapshotEntry, ...]
     check_error: str | None = None
+    open_txns: tuple[int, ...] = ()
 
     def describe_held(self) -> str:
         """``lock 12 (SHARED_READ, txn 7) by alice@host-1; ...`` for logs."""
-        return "; ".join(entry.describe() for entry in self.locks_held)
+        held = [entry.describe() for entry in self.locks_held]
+        if self.open_txns:
+            shown = ", ".join(str(txn) for txn in self.open_txns[:10])
+            held.append(f"open transaction(s) {shown} older than the vacuum")
+        return "; ".join(held)
 
 
-def ready_to_clean(snapshot: Sequence[LockSnapshotEntry], current_locks: Iterable[LockInfo]) -> Readiness:
-    """Ready when no lock of ``snapshot`` is among ``current_locks`` (the table's show_locks)."""
+def ready_to_clean(
+    snapshot: Sequence[LockSnapshotEntry],
+    current_locks: Iterable[LockInfo],
+    open_before_commit: Sequence[int] = (),
+) -> Readiness:
+    """Ready when no lock of ``snapshot`` is among ``current_locks`` (the table's show_locks) and no
+    transaction that was open when the vacuum committed is still open (``open_before_commit``, see
+    :func:`open_transactions_before`)."""
     listed = {lock.lock_id for lock in current_locks}
     held = tuple(entry for entry in snapshot if entry.lock_id in listed)
-    return Readiness(ready=not held, locks_held=held)
+    waiting = tuple(sorted(open_before_commit))
+    return Readiness(ready=not held and not waiting, locks_held=held, open_txns=waiting)
+
+
+def open_transactions_before(next_txn_id: int | None, open_txn_ids: Iterable[int]) -> tuple[int, ...]:
+    """The open transactions that began before the vacuum committed (ids below its ``next_txn_id``).
+    An event without ``next_txn_id`` (from an older vacuum) has only its lock snapshot to go by."""
+    if next_txn_id is None:
+        return ()
+    return tuple(sorted(txn for txn in open_txn_ids if txn < next_txn_id))
 
 
 def not_checked(

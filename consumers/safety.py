@@ -1,10 +1,12 @@
 """What the cleaner may delete: DESIGN.md section 7, rules 3 and 4, as pure checks.
 
-Rule 3: only directories that Hive's rules call obsolete *at clean time*, computed from the current
-listing with a cleaner id list capped at the vacuum's highest write id, are deleted; never the new
-directory, a newer delta, or an open transaction's delta. The event's ``obsolete_directories`` is a
-claim to check, not an order: a claimed directory that is still listed but not obsolete sends the
-event to the dead-letter topic.
+Rule 3: only directories that this vacuum's own commit made obsolete are deleted: its claimed list,
+each checked by :func:`acidclean.shared.acid.claims.verify_claims` (superseded by this vacuum's new
+directories, and still obsolete in the current listing, with a cleaner id list capped at the
+vacuum's highest write id and the metastore's transaction list). Never the new directory, a newer
+delta, an open transaction's delta, or a directory only a later vacuum made obsolete. The event's
+``obsolete_directories`` is a claim to check, not an order: a claim the listing does not confirm
+sends the event to the dead-letter topic.
 
 Rule 4: every deleted path is a direct child of the table or partition location the *metastore*
 gives (the event's location must be the same), matches the ACID directory grammar, is not a symbolic
@@ -23,17 +25,20 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from acidclean.schemas.events import RejectionCode, VacuumCommitted
-from acidclean.shared.acid.names import BASE_PREFIX, parse_directory_name
-from acidclean.shared.acid.state import ListedFile, Listing, acid_state
+from acidclean.shared.acid.claims import verify_claims
+from acidclean.shared.acid.names import parse_directory_name
+from acidclean.shared.acid.state import ListedFile, Listing
 from acidclean.shared.acid.write_ids import (
     ValidCleanerTxnList,
     ValidCleanerWriteIdList,
     ValidIdList,
+    ValidTxnList,
     ValidWriteIdList,
 )
-from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError
+from acidclean.shared.errors import AcidLayoutError
 from acidclean.shared.filesystem import Entry
 from acidclean.shared.metastore import MetastoreKind
+from acidclean.shared.vacuum_marker import VACUUM_MARKER, MarkerError, VacuumMarker
 
 
 @dataclass(frozen=True)
@@ -218,9 +223,39 @@ def check_claims(vacuum: VacuumCommitted) -> Refusal | None:
                 f"{name} is claimed obsolete but holds ids above the vacuum's highest write id "
                 f"{vacuum.highest_write_id}",
             )
+    if not vacuum.lock_snapshot and vacuum.locks_observed is None:
+        return Refusal(
+            "invalid_event",
+            "the lock snapshot is empty but the event does not say the vacuum saw no locks (locks_observed "
+            "is missing): a lost snapshot would let the cleaner delete under running readers; nothing deleted",
+        )
     both = sorted(new.intersection(vacuum.obsolete_directories))
     if both:
         return Refusal("not_obsolete", f"{', '.join(both)} is both the vacuum's new directory and claimed obsolete")
+    return None
+
+
+def check_markers(vacuum: VacuumCommitted, markers: Mapping[str, bytes | None]) -> Refusal | None:
+    """Each listed new directory must hold the marker of this very vacuum (``markers``: the present new
+    directories and their marker's bytes, None if absent). Without it a forged or mistaken event could
+    make committed deltas look compacted by a directory no vacuum wrote (an aborted insert's base)."""
+    for name, data in sorted(markers.items()):
+        if data is None:
+            return Refusal(
+                "invalid_event",
+                f"{name} holds no {VACUUM_MARKER}: it was not committed by an acidclean vacuum, so this event "
+                "cannot claim it superseded anything; nothing deleted",
+            )
+        try:
+            marker = VacuumMarker.parse(data)
+        except MarkerError as error:
+            return Refusal("invalid_event", f"{name}/{VACUUM_MARKER} is unreadable ({error}); nothing deleted")
+        if marker.event_id != str(vacuum.event_id):
+            return Refusal(
+                "invalid_event",
+                f"{name} was committed by vacuum {marker.event_id} (job {marker.vacuum_job_id}), not by this "
+                f"event's vacuum {vacuum.event_id} (job {vacuum.vacuum_job_id}); nothing deleted",
+            )
     return None
 
 
@@ -301,19 +336,18 @@ def cleaner_ids(kind: MetastoreKind, valid_ids_text: str, highest_write_id: int)
 # -- the plan -------------------------------------------------------------------------------------
 
 
-def _write_id(name: str) -> int:
-    try:
-        parsed = parse_directory_name(name)
-    except AcidLayoutError:
-        return -1
-    return parsed.max_write_id if parsed is not None else -1
-
-
-def plan_cleanup(vacuum: VacuumCommitted, children: Sequence[Entry], ids: CleanerIds) -> CleanupPlan | Refusal | NotYet:
+def plan_cleanup(
+    vacuum: VacuumCommitted,
+    children: Sequence[Entry],
+    ids: CleanerIds,
+    valid_txns: ValidTxnList | None = None,
+) -> CleanupPlan | Refusal | NotYet:
     """What to delete among ``children`` (the location's direct children, listed now).
 
-    Obsolete is decided by Hive's rules over the current listing; the result is then checked name by
-    name. Any violation refuses the whole event, so nothing at all is deleted for it.
+    Only the vacuum's own claims are candidates, each kept only if this vacuum's commit made it
+    obsolete and it is still obsolete now (:func:`~acidclean.shared.acid.claims.verify_claims`);
+    ``valid_txns`` (the metastore's transaction list) decides whether a ``_vT`` directory counts.
+    Any violation refuses the whole event, so nothing at all is deleted for it.
     """
     open_ids = ids.relevant_open_ids(children)
     if open_ids:
@@ -326,75 +360,41 @@ def plan_cleanup(vacuum: VacuumCommitted, children: Sequence[Entry], ids: Cleane
     listing = Listing(
         files=tuple(ListedFile(entry.name, entry.size) for entry in children if not entry.is_dir),
         directories=tuple(entry.name for entry in children if entry.is_dir),
-        # The vacuum wrote its base as a compactor does, whatever marker files it left.
-        data_formats={name: "compacted" for name in vacuum.new_directories if name.startswith(BASE_PREFIX)},
         location=vacuum.location,
     )
     try:
-        state = acid_state(listing, ids.valid_ids())
-    except NotEnoughHistoryError as error:
-        # Only a compacted base above the vacuum's highest write id (a later MAJOR vacuum) makes the
-        # capped snapshot unreadable. Every directory this vacuum made obsolete is obsolete under that
-        # base too, and the later vacuum's cleanup, whose lock snapshot holds every reader still
-        # running, removes it. Waiting here could never end; deleting nothing is always safe.
-        newer = sorted(
-            name for name in by_name if name.startswith(BASE_PREFIX) and _write_id(name) > vacuum.highest_write_id
-        )
-        if not newer:
-            return NotYet(f"no base is usable for the cleaner's snapshot: {error}")
-        return CleanupPlan(
-            (),
-            superseded=f"superseded by {', '.join(newer)} (a later vacuum); its cleanup removes what this one "
-            f"made obsolete; nothing deleted here",
+        verdict = verify_claims(
+            vacuum.new_directories,
+            vacuum.obsolete_directories,
+            listing,
+            ids.valid_ids(),
+            valid_txns,
+            vacuum.highest_write_id,
         )
     except AcidLayoutError as error:
         return Refusal("other", f"the table directory does not follow Hive's ACID layout: {error}; nothing deleted")
-    obsolete = set(state.obsolete)
-    new = set(vacuum.new_directories)
+    if verdict.refused is not None:
+        return Refusal("not_obsolete", verdict.refused)
+    if verdict.waiting is not None:
+        return NotYet(verdict.waiting)
+    if verdict.superseded is not None:
+        return CleanupPlan((), superseded=verdict.superseded)
 
-    for claim in vacuum.obsolete_directories:
-        if claim in by_name and claim not in obsolete and claim not in state.aborted:
-            current = ", ".join(state.current_directories) or "none"
-            return Refusal(
-                "not_obsolete",
-                f"{claim} is claimed obsolete but Hive's rules at highest write id {vacuum.highest_write_id} "
-                f"do not call it obsolete (current directories: {current}); nothing deleted",
-            )
-
+    kept = [KeptDirectory(name, "already removed") for name in verdict.gone]
     delete: list[str] = []
-    kept: list[KeptDirectory] = []
-    for name in sorted(obsolete):
-        entry = by_name.get(name)
-        try:
-            parsed = parse_directory_name(name)
-        except AcidLayoutError:
-            parsed = None
-        if entry is None or not entry.is_dir or parsed is None:
-            kept.append(KeptDirectory(name, "not an ACID directory (an original file or directory); left alone"))
-            continue
-        if name in new:
-            kept.append(
-                KeptDirectory(
-                    name, "it is this vacuum's new directory (a later vacuum covers it; its cleanup removes it)"
-                )
-            )
-            continue
+    for name in sorted({*verdict.deletable, *verdict.aborted}):
+        entry = by_name[name]
         problem = _plain_name_problem(name)
         if problem is not None:
             return Refusal("unsafe_path", f"{problem}; nothing deleted")
-        if parsed.max_write_id > vacuum.highest_write_id:
-            return Refusal(
-                "not_obsolete",
-                f"{name} holds ids above the vacuum's highest write id {vacuum.highest_write_id}; nothing deleted",
-            )
         if entry.is_symlink:
             return Refusal(
                 "unsafe_path",
                 f"{name} under {vacuum.location} is a symbolic link; the cleaner never deletes through links "
                 "(it could lead out of the table); nothing deleted",
             )
+        if not entry.is_dir:
+            kept.append(KeptDirectory(name, "not a directory; left alone"))
+            continue
         delete.append(name)
-    for name in sorted(state.aborted):
-        if name in vacuum.obsolete_directories:
-            kept.append(KeptDirectory(name, "claimed obsolete, but it is an aborted transaction's directory"))
     return CleanupPlan(tuple(delete), tuple(kept))

@@ -82,6 +82,7 @@ def delay_envelope(
         check_error=readiness.check_error,
         stuck=stuck,
         stuck_since=stuck_since,
+        open_txns=list(readiness.open_txns[:100]),
     )
 
 

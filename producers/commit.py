@@ -32,6 +32,7 @@ import pyarrow.fs as pafs
 from acidclean.shared.acid.names import parse_directory_name
 from acidclean.shared.acid.writer import write_acid_version_file
 from acidclean.shared.errors import AcidLayoutError, VacuumError
+from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 STAGING_PREFIX = "_tmp_acidclean_"
 COMMIT_MARKER = "_COMMITTING.json"
@@ -100,8 +101,12 @@ def _rename_out(fs: pafs.FileSystem, location: str, staging_dir: str, targets: S
 def commit(
     fs: pafs.FileSystem, location: str, staging_dir: str, targets: Sequence[str], draft: dict[str, Any]
 ) -> None:
-    """Write the marker, rename the targets out of staging in order, then remove the staging
-    directory (only the marker and nothing else is left in it by then)."""
+    """Mark each target as this vacuum's output, write the commit marker, rename the targets out of
+    staging in order, then remove the staging directory (only the marker is left in it by then)."""
+    vacuum_marker = VacuumMarker.from_draft(draft).to_bytes()
+    for target in targets:
+        with fs.open_output_stream(_join(_join(staging_dir, target), VACUUM_MARKER)) as out:
+            out.write(vacuum_marker)
     _write_marker(fs, staging_dir, {**draft, "targets": list(targets)})
     _rename_out(fs, location, staging_dir, targets)
     fs.delete_dir(staging_dir)

@@ -24,7 +24,7 @@ from acidclean.producers.id_lists import compactor_ids, id_name, lowest_open_id
 from acidclean.shared.acid.names import base_name, delta_name, parse_directory_name
 from acidclean.shared.acid.reader import snapshot_files
 from acidclean.shared.acid.state import AcidState, Listing, acid_state
-from acidclean.shared.acid.write_ids import ValidIdList
+from acidclean.shared.acid.write_ids import ValidIdList, ValidTxnList
 from acidclean.shared.errors import VacuumRefusedError
 from acidclean.shared.metastore import MetastoreKind
 
@@ -117,13 +117,19 @@ def plan_compaction(
     *,
     table: str,
     partition: str | None = None,
+    valid_txns_text: str | None = None,
 ) -> CompactionPlan:
-    """Decide one vacuum, or raise :class:`VacuumRefusedError` saying why there is none."""
+    """Decide one vacuum, or raise :class:`VacuumRefusedError` saying why there is none.
+
+    ``valid_txns_text`` is the metastore's transaction list: a ``_vT`` directory (Hive's own
+    compactor output) counts only once T committed. Without it every such T counts as committed.
+    """
     where = _describe_table(table, partition)
     valid_ids = compactor_ids(valid_ids_text, kind)
-    full_state = acid_state(listing, valid_ids)
+    valid_txns = ValidTxnList.from_string(valid_txns_text) if valid_txns_text is not None else None
+    full_state = acid_state(listing, valid_ids, valid_txns)
     if not _enough(full_state, compaction_type):
-        unblocked = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True))
+        unblocked = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True), valid_txns)
         lowest_open = lowest_open_id(valid_ids_text, kind)
         if _enough(unblocked, compaction_type) and lowest_open is not None:
             waiting = ", ".join(d.name for d in unblocked.deltas if d.max_write_id >= lowest_open)
@@ -149,9 +155,11 @@ def plan_compaction(
     files = snapshot_files(listing, state)
     sizes = {f.path: f.size for f in listing.files}
     targets = ((delete_target,) if delete_target else ()) + (insert_target,)
-    after = acid_state(_with_directories(listing, targets), valid_ids)
-    obsolete_after = tuple(sorted(name for name in after.obsolete if _at_or_below(name, highest)))
-    unblocked_state = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True))
+    after = acid_state(_with_directories(listing, targets), valid_ids, valid_txns)
+    # Aborted directories are never read: the vacuum claims them too, so its cleanup removes them.
+    superseded = (*after.obsolete, *after.aborted)
+    obsolete_after = tuple(sorted(name for name in set(superseded) if _at_or_below(name, highest)))
+    unblocked_state = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True), valid_txns)
     held_back = tuple(d.name for d in unblocked_state.deltas if d.max_write_id > valid_ids.high_watermark)
     return CompactionPlan(
         compaction_type=compaction_type,

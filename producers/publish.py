@@ -18,6 +18,7 @@ from acidclean.producers.locks import lock_snapshot
 from acidclean.producers.outbox import DRAFT, Outbox, OutboxEntry
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import Delivery, EventBus
 from acidclean.shared.bus.topics import ensure_topics
@@ -42,10 +43,14 @@ _EVENT_FIELDS = (
 def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitted:
     """The event of a committed vacuum: its draft plus the locks held now."""
     db, table = split_table_name(draft["table"])
+    snapshot = lock_snapshot(metastore, db, table, draft["partition"])
     return VacuumCommitted(
         event_id=uuid.UUID(draft["event_id"]),
         occurred_at=utc_now(),
-        lock_snapshot=lock_snapshot(metastore, db, table, draft["partition"]),
+        lock_snapshot=snapshot,
+        locks_observed=len(snapshot),
+        # Read after the rename: every transaction below it may have listed before the commit.
+        next_txn_id=ValidTxnList.from_string(metastore.valid_txn_list()).high_watermark + 1,
         **{name: draft[name] for name in _EVENT_FIELDS},
     )
 

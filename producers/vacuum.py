@@ -196,6 +196,7 @@ def run_vacuum(
         request.compaction_type,
         table=f"{db}.{table}",
         partition=info.partition,
+        valid_txns_text=metastore.valid_txn_list(),
     )
     existing = plan.existing_targets
     if existing == plan.targets:

@@ -57,11 +57,28 @@ class VacuumCommitted(EventBase):
         description="Locks held on the table or partition right after the new directory was committed."
     )
     vacuum_job_id: NonEmpty = Field(description="The job that ran the vacuum (e.g. the Spark application id).")
+    locks_observed: int | None = Field(
+        default=None,
+        ge=0,
+        description="How many locks show_locks listed for the snapshot (equal to the snapshot's length). "
+        "An empty snapshot is trusted only when this says 0: the vacuum saw no locks, not lost them.",
+    )
+    next_txn_id: int | None = Field(
+        default=None,
+        ge=1,
+        description="The metastore's next transaction id when the vacuum committed. Readers that take no "
+        "locks (Hive 4 lockless reads) run in transactions below it: the cleaner waits until none is open.",
+    )
 
     @model_validator(mode="after")
     def _correlation_is_own_id(self) -> VacuumCommitted:
         if self.correlation_id != self.event_id:
             raise ValueError("a VacuumCommitted's correlation_id must equal its event_id")
+        if self.locks_observed is not None and self.locks_observed != len(self.lock_snapshot):
+            raise ValueError(
+                f"locks_observed ({self.locks_observed}) must equal the lock snapshot's length "
+                f"({len(self.lock_snapshot)})"
+            )
         return self
 
 
@@ -90,6 +107,12 @@ class DelayEnvelope(EventBase):
     )
     stuck: bool = Field(default=False, description="Waited longer than the cleaner's max wait.")
     stuck_since: UtcDatetime | None = Field(default=None, description="When it was first reported stuck.")
+    open_txns: list[int] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Transactions open since before the vacuum committed, still open at the last check "
+        "(readers that take no locks may be using them; at most 100 listed).",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> DelayEnvelope:

@@ -50,6 +50,10 @@ class FileSystem(Protocol):
 
     def real_path(self, path: str) -> str: ...
 
+    def read_file(self, path: str) -> bytes | None:
+        """A small file's bytes, or None if it does not exist."""
+        ...
+
 
 class StorageError(AcidCleanError):
     """A storage call failed."""
@@ -105,6 +109,18 @@ class ArrowFileSystem:
 
     def make_dirs(self, path: str) -> None:
         self.arrow.create_dir(path, recursive=True)
+
+    def read_file(self, path: str) -> bytes | None:
+        try:
+            with self.arrow.open_input_stream(path) as stream:
+                data: bytes = stream.read()
+                return data
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            if not self.exists(path):
+                return None
+            raise StorageError(f"cannot read {path}: {error}") from error
 
     def real_path(self, path: str) -> str:
         """The path with symlinks resolved (local storage; HDFS and S3 have none to follow)."""

@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     abandoned_staging_s: float = Field(
         3600.0, gt=0, description="A vacuum's staging directory unchanged this long is removed by the next vacuum."
     )
+    cleanup_waits_for_open_txns: bool = Field(
+        True,
+        description="Besides the lock snapshot, wait until every transaction open when the vacuum committed "
+        "has ended (readers that take no locks, e.g. Hive 4 with hive.txn.read.locks=false). Turn off only "
+        "where every reader takes SHARED_READ locks.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -40,6 +40,7 @@ from acidclean.schemas.events import (
     VacuumCommitted,
 )
 from acidclean.shared.acid.names import delta_name
+from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.acid.writer import insert_events, write_bucket_file
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
@@ -47,6 +48,7 @@ from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.metastore import HiveMetastore, LockRequestComponent, MetastoreKind
 from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 TENANT = "acme"
 OTHER_TENANT = "globex"
@@ -140,13 +142,16 @@ class Table:
             names.append(name)
         return names
 
-    def write_compacted(self, new_name: str, write_ids: list[int]) -> None:
-        """The vacuum's output, written under a temporary name and renamed into place (atomic)."""
+    def write_compacted(self, new_name: str, write_ids: list[int], marker: VacuumMarker | None = None) -> None:
+        """The vacuum's output, written under a temporary name with the vacuum's marker and renamed
+        into place (atomic)."""
         fs = pafs.LocalFileSystem()
         rows = pa.concat_tables([ROWS] * len(write_ids))
         original = pa.array([w for w in write_ids for _ in range(ROWS.num_rows)], pa.int64())
         temporary = self.location / f"_tmp_{new_name}"
         write_bucket_file(fs, str(temporary), 0, insert_events(rows, max(write_ids), original_write_ids=original))
+        if marker is not None:
+            (temporary / VACUUM_MARKER).write_bytes(marker.to_bytes())
         os.rename(temporary, self.location / new_name)
 
     def lock_snapshot(self) -> list[LockSnapshotEntry]:
@@ -158,8 +163,13 @@ class Table:
         low, high = min(self.write_ids), max(self.write_ids)
         new = delta_name(low, high)
         singles = [delta_name(w, w, 0) for w in self.write_ids]
-        self.write_compacted(new, self.write_ids)
+        event_id = uuid.uuid4()
+        job = f"test-{uuid.uuid4().hex[:8]}"
+        marker = VacuumMarker(str(event_id), job, self.full_name, self.partition, high)
+        self.write_compacted(new, self.write_ids, marker)
+        snapshot = self.lock_snapshot()
         fields: dict[str, Any] = dict(
+            event_id=event_id,
             tenant=self.tenant,
             table=self.full_name,
             partition=self.partition,
@@ -169,8 +179,10 @@ class Table:
             new_directories=[new],
             obsolete_directories=singles if obsolete is None else obsolete,
             highest_write_id=high,
-            lock_snapshot=self.lock_snapshot(),
-            vacuum_job_id=f"test-{uuid.uuid4().hex[:8]}",
+            lock_snapshot=snapshot,
+            locks_observed=len(snapshot),
+            next_txn_id=ValidTxnList.from_string(self.metastore.valid_txn_list()).high_watermark + 1,
+            vacuum_job_id=job,
         )
         fields.update(changes)
         return VacuumCommitted(**fields)

@@ -27,13 +27,14 @@ from acidclean.consumers.cleaning import (
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.safety import TenantRoots
 from acidclean.schemas.common import EventBase
-from acidclean.schemas.events import CleanupDone, CleanupStarted, Event, VacuumCommitted
+from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, Event, VacuumCommitted
 from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
 from acidclean.shared.filesystem import Entry, StorageError, TreeSize
 from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
+from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 LONG_MAX = 9223372036854775807
 TOPICS = CleanerTopics("acid.vacuum.committed", "acid.cleanup.delay", "acid.cleanup.done", "acid.cleanup.dead-letter")
@@ -64,6 +65,7 @@ class FakeFileSystem:
     def __init__(self) -> None:
         self.dirs: set[str] = {"/"}
         self.files: dict[str, int] = {}
+        self.contents: dict[str, bytes] = {}
         self.links: dict[str, str] = {}  # link path -> target
         self.deleted: list[str] = []
         self.fail_delete: set[str] = set()
@@ -124,6 +126,26 @@ class FakeFileSystem:
     def make_dirs(self, path: str) -> None:
         self.add_dir(path)
 
+    def read_file(self, path: str) -> bytes | None:
+        if path not in self.files:
+            return None
+        return self.contents.get(path, b"")
+
+    def write_file(self, path: str, data: bytes) -> None:
+        self.add_dir(path.rsplit("/", 1)[0])
+        self.files[path] = len(data)
+        self.contents[path] = data
+
+    def mark_vacuum_output(self, event: VacuumCommitted) -> None:
+        """Write the marker the vacuum of ``event`` leaves in each of its new directories that exists."""
+        location = event.location.removeprefix("file://").removeprefix("file:")
+        marker = VacuumMarker(str(event.event_id), event.vacuum_job_id, event.table, event.partition,
+                              event.highest_write_id)
+        for name in event.new_directories:
+            directory = f"{location.rstrip('/')}/{name}"
+            if directory in self.dirs:
+                self.write_file(f"{directory}/{VACUUM_MARKER}", marker.to_bytes())
+
     def real_path(self, path: str) -> str:
         for link, target in self.links.items():
             if path == link or path.startswith(link + "/"):
@@ -161,6 +183,9 @@ class FakeMetastore:
         self.high_watermark = 100
         self.open_ids: list[int] = []
         self.aborted_ids: list[int] = []
+        self.txn_high_watermark = 100
+        self.open_txns: list[int] = []
+        self.aborted_txns: list[int] = []
         self.down = False
         self.calls: Counter[str] = Counter()
 
@@ -201,6 +226,16 @@ class FakeMetastore:
             f"{','.join(map(str, self.aborted_ids))}"
         )
 
+    def valid_txn_list(self) -> str:
+        """Open and aborted transactions: on Hive 2 the same ids as the write id list."""
+        self._call("valid_txn_list")
+        if self._kind is MetastoreKind.HIVE2:
+            open_txns, aborted, hwm = self.open_ids, self.aborted_ids, self.high_watermark
+        else:
+            open_txns, aborted, hwm = self.open_txns, self.aborted_txns, self.txn_high_watermark
+        min_open = min(open_txns) if open_txns else LONG_MAX
+        return f"{hwm}:{min_open}:{','.join(map(str, open_txns))}:{','.join(map(str, aborted))}"
+
     def show_locks(
         self, db: str | None = None, table: str | None = None, partition: str | None = None
     ) -> list[LockInfo]:
@@ -238,6 +273,9 @@ class Rig:
     dry_run: bool = False
     interval_ms: int = 2000
     max_wait_s: float = 3600.0
+    # Write each handled vacuum's marker into its new directories that exist, as its vacuum would
+    # have; the tests of forged events turn it off.
+    mark_vacuum_output: bool = True
 
     def __post_init__(self) -> None:
         self.handler = CleanupHandler(
@@ -264,6 +302,10 @@ class Rig:
     def handle(self, event: Any, locks: TableLockCheck | None = None) -> Outcome:
         """Handle one event as a group of one: its delay envelope is flushed before returning."""
         work = self.work(event)
+        if self.mark_vacuum_output:
+            vacuum = event.vacuum if isinstance(event, DelayEnvelope) else event
+            if isinstance(vacuum, VacuumCommitted):
+                self.fs.mark_vacuum_output(vacuum)
         group = locks or self.handler.lock_check(work)
         outcome = self.handler.handle(work, group)
         self.handler.flush_delays(group)

@@ -101,18 +101,24 @@ def test_recheck_from_the_delay_topic_counts_attempts_and_time_waited(rig: Rig) 
 
 def test_several_events_of_one_table_share_one_show_locks(rig: Rig) -> None:
     rig.metastore.add_table("sales.orders", "file:/warehouse/sales.db/orders/ds=2", "ds=2")
-    rig.fs.add_acid_dirs("/warehouse/sales.db/orders/ds=2", [D1, NEW])
+    rig.metastore.add_table("sales.orders", "file:/warehouse/sales.db/orders/ds=3", "ds=3")
+    for partition in ("ds=2", "ds=3"):
+        rig.fs.add_acid_dirs(f"/warehouse/sales.db/orders/{partition}", [D1, NEW])
     rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
     events = [
         vacuum(),
-        vacuum(
-            partition="ds=2",
-            location="/warehouse/sales.db/orders/ds=2",
-            obsolete_directories=[D1],
-            lock_snapshot=[lock(9)],
+        *(
+            vacuum(
+                partition=partition,
+                location=f"/warehouse/sales.db/orders/{partition}",
+                obsolete_directories=[D1],
+                lock_snapshot=[lock(lock_id)],
+            )
+            for partition, lock_id in (("ds=2", 9), ("ds=3", 8))
         ),
-        vacuum(lock_snapshot=[lock(8)]),
     ]
+    for event in events:
+        rig.fs.mark_vacuum_output(event)
     works = [rig.work(event, offset) for offset, event in enumerate(events)]
     check = rig.handler.lock_check(works[0])
     outcomes = [rig.handler.handle(work, check) for work in works]
@@ -335,7 +341,8 @@ def test_major_vacuum_on_a_hive3_metastore_uses_write_ids(rig: Rig) -> None:
     hive3 = Rig(fs=rig.fs, metastore=rig.metastore)
     hive3.metastore._kind = MetastoreKind.HIVE3
     hive3.fs.add_acid_dirs(LOCATION, [base_name(3)])
-    outcome = hive3.handle(vacuum(new_directories=[base_name(3)], compaction_type="MAJOR"))
+    major = vacuum(new_directories=[base_name(3)], compaction_type="MAJOR", obsolete_directories=[D1, D2, D3, NEW])
+    outcome = hive3.handle(major)
     assert outcome.kind == "cleaned"
     assert hive3.deleted_names() == sorted([D1, D2, D3, NEW])
 

@@ -309,6 +309,7 @@ def test_full_cycle_waits_through_the_delay_topic_then_cleans(clock: FakeClock, 
     rig, loop = real_handler_loop(clock, consumer)
     rig.fs.add_acid_dirs(LOCATION, [delta_name(i, i, 0) for i in (1, 2, 3)] + [delta_name(1, 3)])
     v = vacuum()
+    rig.fs.mark_vacuum_output(v)
     consumer.append(V, 0, v)
     moved = 0
 

@@ -49,6 +49,7 @@ def vacuum(**changes: Any) -> VacuumCommitted:
         "vacuum_job_id": "job-1",
     }
     fields.update(changes)
+    fields.setdefault("locks_observed", len(fields["lock_snapshot"]))
     return VacuumCommitted(**fields)
 
 

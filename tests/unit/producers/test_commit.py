@@ -112,10 +112,14 @@ def test_a_target_committed_by_another_vacuum_stops_the_commit(tmp_path: Path) -
 
 
 class LocksOnly:
-    """The part of the metastore the event needs: ``show_locks``."""
+    """The part of the metastore the event needs: ``show_locks`` and the transaction list."""
 
-    def __init__(self, locks: list[LockInfo] | None = None) -> None:
+    def __init__(self, locks: list[LockInfo] | None = None, txn_high_watermark: int = 41) -> None:
         self.locks = locks or []
+        self.txn_high_watermark = txn_high_watermark
+
+    def valid_txn_list(self) -> str:
+        return f"{self.txn_high_watermark}:{2**63 - 1}::"
 
     def show_locks(
         self, db: str | None = None, table: str | None = None, partition: str | None = None

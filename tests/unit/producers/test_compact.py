@@ -120,7 +120,8 @@ class Table:
         for task in bucket_tasks(plan, location_uri=self.root, staging_dir=staging, row_type=ROW_TYPE, codec="zlib"):
             compact_bucket(task)
         produced = finish_directories(FS, staging, plan.targets)
-        commit(FS, self.root, staging, produced, {"event_id": job})
+        draft = {"event_id": job, "vacuum_job_id": job, "table": "db.t", "highest_write_id": plan.highest_write_id}
+        commit(FS, self.root, staging, produced, draft)
         return plan
 
 
@@ -174,7 +175,7 @@ def test_a_bucket_whose_rows_were_all_deleted_leaves_an_empty_but_valid_base(tmp
     table.insert(30)
     table.delete(1.0, seed=3)
     table.vacuum(CompactionType.MAJOR)
-    assert sorted(os.listdir(f"{table.root}/base_0000002")) == ["_orc_acid_version"]
+    assert sorted(os.listdir(f"{table.root}/base_0000002")) == ["_acidclean_vacuum.json", "_orc_acid_version"]
     assert table.rows().num_rows == 0
 
 
