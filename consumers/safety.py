@@ -111,10 +111,14 @@ _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "": "file"}
 
 
 def storage_path(uri: str) -> StoragePath:
-    """Parse a location; raises :class:`UnsafeLocation` for ``..``, a relative path or a NUL byte."""
+    """Parse a location; raises :class:`UnsafeLocation` for ``..``, a relative path, a NUL byte or
+    anything ``urlparse`` cannot parse (e.g. ``hdfs://[nn/x``, an unclosed IPv6 bracket)."""
     if "\x00" in uri or not uri.strip():
         raise UnsafeLocation(f"location {uri!r} is empty or holds a NUL byte")
-    parsed = urlparse(uri)
+    try:
+        parsed = urlparse(uri)
+    except ValueError as error:  # a location nobody can resolve is refused like any other unsafe one
+        raise UnsafeLocation(f"location {uri!r} is not a valid URI ({error})") from None
     scheme = parsed.scheme.lower()
     scheme = _SCHEME_ALIASES.get(scheme, scheme)
     authority = parsed.netloc.lower()
