@@ -4,8 +4,11 @@
 derives one :class:`AuditRow` per vacuum, whatever order the events arrive in (the topics have no
 order between them) and however often one is delivered (duplicates share an ``event_id``). The
 state of a vacuum is ``cleaned`` once a ``CleanupDone`` exists, else ``rejected`` once it was
-dead-lettered, else ``stuck`` when its latest delay envelope says so, else ``waiting`` (also while
-a ``CleanupStarted`` awaits its ``CleanupDone``).
+dead-lettered, else ``overdue`` when the fold is given a clock and the vacuum is due well past its due
+time (its latest delay envelope's, or its commit time if it was never checked) with no later check:
+no cleaner is checking it (a stalled partition, or no cleaner running), else ``stuck`` when its
+latest delay envelope says so, else ``waiting`` (also while a ``CleanupStarted`` awaits its
+``CleanupDone``).
 
 A cleaned vacuum's directories removed are those its ``CleanupDone`` events list and those its
 ``CleanupStarted`` events announced: a cleaner that died between deleting and reporting leaves a
@@ -22,11 +25,11 @@ import gc
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any, Literal, TypeVar
 
-from acidclean.schemas.common import EventBase, LockSnapshotEntry
+from acidclean.schemas.common import EventBase, LockSnapshotEntry, utc_now
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
@@ -40,7 +43,7 @@ from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import RawRecord, raw_record
 from acidclean.shared.settings import Settings
 
-AuditState = Literal["waiting", "cleaned", "rejected", "stuck"]
+AuditState = Literal["waiting", "cleaned", "rejected", "stuck", "overdue"]
 # The settings.topics fields read by the audit, with the events each may hold.
 AUDIT_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "vacuum_committed": (VacuumCommitted,),
@@ -49,6 +52,11 @@ AUDIT_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "dead_letter": (CleanupRejected,),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# A waiting vacuum is re-checked within milliseconds of its due time while a cleaner keeps up; one
+# not checked this long after it (ten intervals, at least a minute, so a cleaner restart or a
+# rebalance does not count) is shown as overdue.
+OVERDUE_INTERVALS = 10
+OVERDUE_FLOOR_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -154,7 +162,7 @@ class _History:
         elif isinstance(event, CleanupRejected):
             self.rejection = _earlier(event, order, self.rejection)
 
-    def row(self) -> AuditRow:
+    def row(self, now: datetime | None = None, overdue_after: timedelta | None = None) -> AuditRow:
         assert self.first is not None, "a history exists only once an event was added"
         first = self.first[1]
         latest = self.latest_delay[1] if self.latest_delay else None
@@ -186,11 +194,13 @@ class _History:
             state, reason = "rejected", f"{rejection.reason_code}: {rejection.reason}"
         elif started is not None:
             state, reason = "waiting", _started_reason(started)
+        elif (overdue := _overdue_reason(vacuum, latest, now, overdue_after)) is not None:
+            state, reason = "overdue", overdue
         elif latest is not None and latest.stuck:
             state, reason = "stuck", _waiting_reason(latest)
         else:
             state, reason = "waiting", _waiting_reason(latest) if latest else None
-        pending = latest is not None and started is None and state in ("waiting", "stuck")
+        pending = latest is not None and started is None and state in ("waiting", "stuck", "overdue")
         return AuditRow(
             vacuum_id=str(first.correlation_id) if first.correlation_id else None,
             tenant=identified.tenant,
@@ -207,7 +217,7 @@ class _History:
             cleaner_id=dones[0].cleaner_id if dones else (started.cleaner_id if started else None),
             reason=reason,
             locks_held=tuple(latest.locks_held) if latest and pending else (),
-            stuck_since=latest.stuck_since if latest and state == "stuck" else None,
+            stuck_since=latest.stuck_since if latest and state in ("stuck", "overdue") else None,
             next_check_at=latest.due_at if latest and pending else None,
             last_event_at=self.last_event_at,
         )
@@ -254,6 +264,29 @@ def _waiting_reason(latest: DelayEnvelope) -> str:
     return f"held by {holders}"
 
 
+def _overdue_reason(
+    vacuum: VacuumCommitted | None,
+    latest: DelayEnvelope | None,
+    now: datetime | None,
+    overdue_after: timedelta | None,
+) -> str | None:
+    """Why a pending vacuum is overdue (no check well past its due time), or None when it is not."""
+    if now is None or overdue_after is None:
+        return None
+    if latest is not None:
+        if now - latest.due_at <= overdue_after:
+            return None
+        last = f"last check at {_seconds(latest.occurred_at)}: {_waiting_reason(latest)}"
+        return f"overdue: due at {_seconds(latest.due_at)}, not checked since; {last}"
+    if vacuum is not None and now - vacuum.occurred_at > overdue_after:
+        return f"overdue: due at {_seconds(vacuum.occurred_at)}, never checked"
+    return None
+
+
+def _seconds(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _time_waited(
     vacuum: VacuumCommitted | None,
     latest: DelayEnvelope | CleanupStarted | None,
@@ -262,7 +295,7 @@ def _time_waited(
 ) -> int | None:
     if dones:
         return dones[0].time_waited_ms
-    if state in ("waiting", "stuck") and vacuum is not None and latest is not None:
+    if state in ("waiting", "stuck", "overdue") and vacuum is not None and latest is not None:
         return max(0, round((latest.occurred_at - vacuum.occurred_at).total_seconds() * 1000))
     return None
 
@@ -277,15 +310,25 @@ def _sort_key(row: AuditRow) -> tuple[datetime, str, str, str, str]:
     )
 
 
-def fold(events: Iterable[Event]) -> list[AuditRow]:
-    """One row per vacuum, oldest first; a rejection that names no vacuum gets a row of its own."""
+def overdue_after(interval_ms: int) -> timedelta:
+    """How long past its due time a pending vacuum must be unchecked to show as overdue."""
+    return timedelta(milliseconds=max(OVERDUE_FLOOR_MS, OVERDUE_INTERVALS * interval_ms))
+
+
+def fold(
+    events: Iterable[Event], *, now: datetime | None = None, overdue_after: timedelta | None = None
+) -> list[AuditRow]:
+    """One row per vacuum, oldest first; a rejection that names no vacuum gets a row of its own.
+
+    Given ``now`` and ``overdue_after``, a pending vacuum not checked for ``overdue_after`` past its
+    due time is ``overdue``; without them the rows depend on the events alone."""
     histories: dict[str, _History] = {}
     for event in events:
         if not isinstance(event, (VacuumCommitted, DelayEnvelope, CleanupStarted, CleanupDone, CleanupRejected)):
             continue  # DeltaCommitted and others are not part of a vacuum's history
         group = str(event.correlation_id) if event.correlation_id is not None else f"event:{event.event_id}"
         histories.setdefault(group, _History()).add(event)
-    return sorted((history.row() for history in histories.values()), key=_sort_key)
+    return sorted((history.row(now, overdue_after) for history in histories.values()), key=_sort_key)
 
 
 def select(
@@ -339,7 +382,7 @@ def read_audit(
     reader = LogReader(settings.kafka, [settings.topic(name) for name in AUDIT_TOPICS])
     events = decode_records((raw_record(message) for message in reader), settings)
     with _cyclic_gc_paused():
-        rows = fold(events)
+        rows = fold(events, now=utc_now(), overdue_after=overdue_after(settings.cleanup_interval_ms))
     return select(rows, table=table, partition=partition, since=since), reader
 
 

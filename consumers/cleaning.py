@@ -64,7 +64,7 @@ from acidclean.schemas.events import (
     VacuumCommitted,
 )
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.bus.codec import reject
+from acidclean.shared.bus.codec import fit_field, reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
@@ -79,7 +79,7 @@ _Result = TypeVar("_Result")
 
 CRASH_POINTS = ("before-delete", "mid-delete", "after-delete", "after-done")
 CrashPoint = Literal["before-delete", "mid-delete", "after-delete", "after-done"]
-OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run"]
+OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run", "dropped"]
 
 
 class CleanerMetastore(Protocol):
@@ -342,6 +342,24 @@ class CleanupHandler:
         )
         return Outcome("dead_lettered", rejected)
 
+    def dead_letter_error(self, work: Work, error: BaseException, tries: int) -> Outcome:
+        """Dead-letter an event whose handling failed ``tries`` times with ``error`` (not a ``BusError``):
+        the rejection names the event and the error. Returns once acknowledged (raises ``BusError`` if not)."""
+        event = work.event
+        processed = None if isinstance(event, CleanupRejected) else event
+        what = "the dead letter of a refused record" if processed is None else f"{event.event_type} {event.event_id}"
+        reason = f"handling {what} failed {tries} time(s): {type(error).__name__}: {error}"
+        rejected = reject(
+            work.record,
+            "other",
+            reason,
+            rejected_by=self.config.cleaner_id,
+            tenant=self.config.tenant,
+            event=processed,
+            now=self._clock.now,
+        )
+        return self._dead_letter(rejected)
+
     def _refuse(self, work: Work, processed: VacuumCommitted | DelayEnvelope, refusal: Refusal) -> Outcome:
         rejected = reject(
             work.record,
@@ -434,7 +452,7 @@ class CleanupHandler:
             attempts=_attempt(processed),
             cleaner_id=self.config.cleaner_id,
             dry_run=self.config.dry_run,
-            note=note,
+            note=None if note is None else fit_field(CleanupDone, "note", note),
         )
 
     # -- cleaning ----------------------------------------------------------------------------------

@@ -17,8 +17,15 @@ cleaned by two threads at once, while other tables proceed in parallel.
 
 Offsets. Per partition, the committable offset is the lowest record not yet done (handed over, held,
 or running); it is committed only after the outcomes of every record below it were acknowledged.
-A record whose outcome could not be published rewinds its partition to the lowest unfinished offset
-(pause, seek, retry after one interval).
+A record whose outcome could not be published (``BusError``) rewinds its partition to the lowest
+unfinished offset (pause, seek, retry after one interval): its offset must not be committed.
+
+Poison. Any other error of the handler is a fault of the event or of the handler, which retrying the
+whole partition would only repeat: the record is tried ``error_tries`` times in place (a short pause
+between tries), then sent to the dead-letter topic naming the event and the error, and its offset
+advances. A delay envelope due further ahead than a few intervals (clock skew, a bad record) is
+clamped to one interval from now when read, with a warning, instead of holding its whole partition;
+the re-check asks the metastore, so checking early is never unsafe.
 
 Rebalances. Per-partition state has a generation. On revoke, records not yet started are abandoned,
 running ones finish, finished offsets are committed, and the state is dropped; on loss nothing is
@@ -34,9 +41,11 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, TopicPartition
@@ -44,10 +53,11 @@ from confluent_kafka import KafkaError, TopicPartition
 from acidclean.consumers.cleaning import CleanupHandler, Outcome, Work
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.consumers.scheduling import due_time_problem, poll_timeout_s
+from acidclean.consumers.scheduling import clamp_due_ms, due_time_problem, poll_timeout_s
 from acidclean.schemas.events import CleanupRejected, DelayEnvelope, VacuumCommitted
 from acidclean.shared.bus.codec import decode, due_at_ms, header_due_at_ms, reject
 from acidclean.shared.bus.records import RawRecord, raw_record
+from acidclean.shared.errors import BusError
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 Partition = tuple[str, int]
@@ -77,6 +87,18 @@ class SystemMillisClock:
         return time.time_ns() // 1_000_000
 
 
+@dataclass(frozen=True)
+class _Tracked:
+    """A record read and not yet finished: since when it is due, and its vacuum (for the gauges)."""
+
+    due_ms: int
+    committed_at_s: float | None  # the vacuum's commit time (epoch seconds); None for a dead letter
+
+
+def _ms_iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, timezone.utc).isoformat()
+
+
 @dataclass
 class PartitionState:
     """What the loop knows about one assigned partition (changed only on the loop's thread)."""
@@ -88,6 +110,9 @@ class PartitionState:
     held: list[Work] = field(default_factory=list)  # fetched, not yet due, in offset order
     paused_until_ms: int | None = None
     committed: int | None = None
+    # Every record read and not finished, by offset, kept across rewinds (a re-read keeps the first
+    # due time): what the overdue and oldest-pending gauges see of a stalled partition.
+    tracked: dict[int, _Tracked] = field(default_factory=dict)
 
     def committable(self) -> int | None:
         """The next offset to read after a restart: below it, every record is done."""
@@ -109,6 +134,8 @@ class LoopConfig:
     batch_size: int = 500
     revoke_timeout_s: float = 60.0
     retry_backoff_ms: int | None = None
+    error_tries: int = 3  # handler errors other than BusError: tries before the dead letter
+    error_pause_ms: int = 100  # pause after a failed try, doubled each time (at most one interval)
 
 
 @dataclass
@@ -161,6 +188,7 @@ class CleanerLoop:
         metrics.bind(
             paused=self.paused_count,
             oldest_pending=self.oldest_pending_s,
+            overdue=self.overdue_s,
             stuck=lambda: float(handler.stuck_count(max(60.0, 3 * config.interval_ms / 1000))),
         )
 
@@ -248,6 +276,7 @@ class CleanerLoop:
             self._metrics.events.labels("skipped_other_tenant").inc()
             return  # another tenant's record: that tenant's own consumer group handles it
         work = self._work(raw_record(message), state.generation, now)
+        self._track(state, work)
         if state.held or state.paused_until_ms is not None:
             state.held.append(work)
             return
@@ -265,7 +294,7 @@ class CleanerLoop:
             return Work(record, event, generation, 0, now)
         due = header_due_at_ms(record)
         due = due if due is not None else due_at_ms(event.due_at)
-        problem = due_time_problem(due, now, self.config.interval_ms)
+        problem = due_time_problem(due)
         if problem is not None:
             refused = reject(
                 record,
@@ -276,7 +305,37 @@ class CleanerLoop:
                 event=event,
             )
             return Work(record, refused, generation, 0, now)
+        clamped = clamp_due_ms(due, now, self.config.interval_ms)
+        if clamped is not None:
+            self._metrics.clamped_due_times.inc()
+            log(
+                LOGGER,
+                logging.WARNING,
+                f"delay envelope due {(due - now) / 1000:.0f} s ahead, more than a few intervals (clock skew or "
+                "a bad record): due time clamped to one interval from now; the re-check decides",
+                event_id=event.event_id,
+                vacuum_id=event.correlation_id,
+                table=event.table,
+                partition=event.partition,
+                attempt=event.attempt,
+                due_at=event.due_at.isoformat(),
+                clamped_to=_ms_iso(clamped),
+                topic=record.topic,
+                partition_number=record.partition,
+                offset=record.offset,
+            )
+            due = clamped
         return Work(record, event, generation, due, now)
+
+    def _track(self, state: PartitionState, work: Work) -> None:
+        if work.offset in state.tracked:
+            return  # read again after a rewind: it has been due since the first time
+        committed_at = None
+        if not isinstance(work.event, CleanupRejected):
+            committed_at = (work.event.vacuum if isinstance(work.event, DelayEnvelope) else work.event).occurred_at
+        state.tracked[work.offset] = _Tracked(
+            work.due_ms or work.received_ms, None if committed_at is None else committed_at.timestamp()
+        )
 
     def _hold(self, partition: Partition, state: PartitionState, work: Work) -> None:
         topic, number = partition
@@ -351,8 +410,8 @@ class CleanerLoop:
                             offset=work.offset,
                         )
                 try:
-                    outcome = self.handler.handle(work, locks)
-                except BaseException as error:  # reported to the loop, which rewinds the partition
+                    outcome = self._handle(work, locks)
+                except BaseException as error:  # not acknowledged: the loop rewinds the partition
                     self._finished.put(_Finished(work, None, error))
                     self._end(work)
                     continue
@@ -364,6 +423,13 @@ class CleanerLoop:
             if deferred:
                 try:
                     self.handler.flush_delays(locks)
+                except Exception as error:
+                    if isinstance(error, BusError):
+                        for work, _ in deferred:
+                            self._finished.put(_Finished(work, None, error))
+                    else:  # not Kafka's refusal: the batch itself cannot be published, and never will be
+                        for work, _ in deferred:
+                            self._finished.put(self._give_up(work, error, 1))
                 except BaseException as error:
                     for work, _ in deferred:
                         self._finished.put(_Finished(work, None, error))
@@ -374,6 +440,73 @@ class CleanerLoop:
             for work, _ in deferred:
                 self._end(work)
             self._finished.put(_LaneFree(name))
+
+    def _handle(self, work: Work, locks: Any) -> Outcome:
+        """The handler's outcome, tried up to ``error_tries`` times; then the dead letter's.
+
+        Raises only a ``BusError`` (or what is not an ``Exception``): the outcome was not acknowledged,
+        so the offset must not be committed. Any other error is the event's or the handler's fault:
+        repeating it by rewinding the partition would never end (and would handle every later record
+        of the partition again), so after the last try the event is dead-lettered and its offset advances.
+        """
+        tries = max(1, self.config.error_tries)
+        for attempt in range(1, tries + 1):
+            try:
+                return self.handler.handle(work, locks)
+            except BusError:
+                raise
+            except Exception as error:
+                self._metrics.handler_errors.inc()
+                if attempt == tries:
+                    finished = self._give_up(work, error, tries)
+                    if finished.error is not None:
+                        raise finished.error from error
+                    assert finished.outcome is not None
+                    return finished.outcome
+                log(
+                    LOGGER,
+                    logging.WARNING,
+                    f"handling failed (try {attempt} of {tries}), trying again: {type(error).__name__}: {error}",
+                    topic=work.record.topic,
+                    partition_number=work.record.partition,
+                    offset=work.offset,
+                    event_id=getattr(work.event, "event_id", None),
+                )
+                pause_ms = min(self.config.error_pause_ms * 2 ** (attempt - 1), self.config.interval_ms)
+                time.sleep(pause_ms / 1000)
+        raise AssertionError("unreachable")
+
+    def _give_up(self, work: Work, error: Exception, tries: int) -> _Finished:
+        """Dead-letter ``work`` for ``error``: finished with the dead letter's outcome, or with the
+        ``BusError`` that kept the dead letter from being acknowledged (the partition is rewound)."""
+        log(
+            LOGGER,
+            logging.ERROR,
+            f"handling failed {tries} time(s), dead-lettering the event: {type(error).__name__}: {error}",
+            topic=work.record.topic,
+            partition_number=work.record.partition,
+            offset=work.offset,
+            event_id=getattr(work.event, "event_id", None),
+            traceback="".join(traceback.format_exception(error)),
+        )
+        try:
+            return _Finished(work, self.handler.dead_letter_error(work, error, tries))
+        except BusError as failure:
+            return _Finished(work, None, failure)
+        except Exception as failure:  # not even a dead letter can be built: drop it rather than loop on it
+            self._metrics.events.labels("dropped").inc()
+            log(
+                LOGGER,
+                logging.CRITICAL,
+                f"could not dead-letter the event ({type(failure).__name__}: {failure}); skipping it, "
+                "only this log line records it",
+                topic=work.record.topic,
+                partition_number=work.record.partition,
+                offset=work.offset,
+                event_id=getattr(work.event, "event_id", None),
+                error=f"{type(error).__name__}: {error}",
+            )
+            return _Finished(work, Outcome("dropped", work.event))
 
     def _begin(self, work: Work) -> bool:
         with self._guard:
@@ -426,7 +559,8 @@ class CleanerLoop:
         if item.outcome is None or not current or state is None:
             return
         state.in_flight.discard(work.offset)
-        if item.outcome.kind in ("cleaned", "table_dropped", "dead_lettered", "dry_run") and not isinstance(
+        state.tracked.pop(work.offset, None)
+        if item.outcome.kind in ("cleaned", "table_dropped", "dead_lettered", "dry_run", "dropped") and not isinstance(
             work.event, CleanupRejected
         ):
             with self._pending_lock:
@@ -558,20 +692,39 @@ class CleanerLoop:
             return
         vacuum = work.event.vacuum if isinstance(work.event, DelayEnvelope) else work.event
         with self._pending_lock:
-            self._pending[str(vacuum.event_id)] = (vacuum.occurred_at.timestamp(), time.time())
+            self._pending[str(vacuum.event_id)] = (vacuum.occurred_at.timestamp(), self._clock.now_ms() / 1000)
 
     def paused_count(self) -> float:
         return float(sum(1 for state in list(self._states.values()) if state.paused_until_ms is not None))
 
     def oldest_pending_s(self) -> float:
-        """Age of the oldest vacuum seen waiting recently (entries expire when another process owns it)."""
-        now = time.time()
+        """Age of the oldest vacuum seen waiting: read and not finished (however long ago, e.g. behind a
+        stalled head), or seen recently (entries expire when another process owns it)."""
+        now = self._clock.now_ms() / 1000
         horizon = now - max(60.0, 3 * self.config.interval_ms / 1000)
         with self._pending_lock:
             for key in [key for key, (_, seen) in self._pending.items() if seen < horizon]:
                 del self._pending[key]
-            oldest = min((committed for committed, _ in self._pending.values()), default=None)
+            committed = [committed for committed, _ in self._pending.values()]
+        committed += [item.committed_at_s for item in self._tracked() if item.committed_at_s is not None]
+        oldest = min(committed, default=None)
         return 0.0 if oldest is None else max(0.0, now - oldest)
+
+    def overdue_s(self) -> float:
+        """How long the most overdue record read and not finished has been due: held past its due time,
+        waiting for a retry after an unacknowledged outcome, or still being handled. About zero while
+        the cleaner keeps up, whatever the locks make vacuums wait; alert when it exceeds a few intervals."""
+        now = self._clock.now_ms()
+        dues = [item.due_ms for item in self._tracked()]
+        return max(0.0, (now - min(dues, default=now)) / 1000)
+
+    def _tracked(self) -> list[_Tracked]:
+        """A copy of every partition's unfinished records (called from the metrics thread)."""
+        while True:
+            try:
+                return [item for state in list(self._states.values()) for item in list(state.tracked.values())]
+            except RuntimeError:  # changed size while copied by the loop's thread: copy again
+                continue
 
     @property
     def states(self) -> dict[Partition, PartitionState]:

@@ -1,6 +1,7 @@
 """The cleaner's Prometheus metrics, in a registry of its own (served on ``--metrics-port``).
 
-Alert on ``acidclean_cleaner_oldest_pending_seconds`` and ``acidclean_cleaner_stuck_events``, not on
+Alert on ``acidclean_cleaner_overdue_seconds`` (a partition stalled: a record due long ago not yet
+finished), ``acidclean_cleaner_oldest_pending_seconds`` and ``acidclean_cleaner_stuck_events``, not on
 the consumer lag of the delay topic: that lag is naturally about one interval's worth of waiting
 vacuums and says nothing about health.
 """
@@ -24,7 +25,7 @@ class CleanerMetrics:
         self.events = Counter(
             "acidclean_cleaner_events",
             "Events handled, by outcome (cleaned, delayed, dead_lettered, "
-            "table_dropped, skipped_other_tenant, dry_run).",
+            "table_dropped, skipped_other_tenant, dry_run, dropped: not even a dead letter could be built).",
             ["outcome"],
             registry=r,
         )
@@ -78,14 +79,37 @@ class CleanerMetrics:
         self.stuck_events = Gauge(
             "acidclean_cleaner_stuck_events", "Vacuums waiting longer than the max wait, seen recently.", registry=r
         )
+        self.overdue_seconds = Gauge(
+            "acidclean_cleaner_overdue_seconds",
+            "How long the most overdue record this process has read and not finished has been due "
+            "(a stalled partition; about zero while the cleaner keeps up).",
+            registry=r,
+        )
+        self.clamped_due_times = Counter(
+            "acidclean_cleaner_clamped_due_times",
+            "Delay envelopes read with a due time more than a few intervals ahead (clock skew or a bad "
+            "record), clamped to one interval from now.",
+            registry=r,
+        )
+        self.handler_errors = Counter(
+            "acidclean_cleaner_handler_errors",
+            "Tries of an event that failed with an error other than an unacknowledged publish.",
+            registry=r,
+        )
 
     def bind(
-        self, *, paused: Callable[[], float], oldest_pending: Callable[[], float], stuck: Callable[[], float]
+        self,
+        *,
+        paused: Callable[[], float],
+        oldest_pending: Callable[[], float],
+        stuck: Callable[[], float],
+        overdue: Callable[[], float],
     ) -> None:
         """Compute the on-demand gauges from the running cleaner's state at scrape time."""
         self.paused_partitions.set_function(paused)
         self.oldest_pending_seconds.set_function(oldest_pending)
         self.stuck_events.set_function(stuck)
+        self.overdue_seconds.set_function(overdue)
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         """Serve ``/metrics`` on ``port`` from a daemon thread."""

@@ -15,8 +15,11 @@ also serves every pending event of that table and its partitions.
 Readers that take no locks at all (Hive 4 with ``hive.txn.read.locks=false`` or lockless reads,
 HIVE-26165) leave the snapshot empty. For them the second condition is Hive 4's own Cleaner rule: every
 transaction open when the vacuum committed has ended (no open transaction id below the vacuum's
-``next_txn_id``). It is on by default (``cleanup_waits_for_open_txns``); one long transaction anywhere
-then delays cleaning, which is the price of not knowing what a lockless reader reads.
+``next_txn_id``). It is on by default (``cleanup_waits_for_open_txns``). Hive's rule makes one long
+transaction anywhere delay every cleanup (HIVE-26704); this one is scoped: a transaction that holds a
+SHARED_READ lock on any table runs with read locks on, so it locks every table it reads before listing
+it, and its locks (in the snapshot, or taken after the commit) already decide. Only transactions
+without a read lock (lockless readers, writers that may read lockless) are waited for.
 
 Pure: the caller does the metastore calls; a failed call is :func:`not_checked` (fail closed).
 """
@@ -62,12 +65,22 @@ def ready_to_clean(
     return Readiness(ready=not held and not waiting, locks_held=held, open_txns=waiting)
 
 
-def open_transactions_before(next_txn_id: int | None, open_txn_ids: Iterable[int]) -> tuple[int, ...]:
-    """The open transactions that began before the vacuum committed (ids below its ``next_txn_id``).
-    An event without ``next_txn_id`` (from an older vacuum) has only its lock snapshot to go by."""
+def open_transactions_before(
+    next_txn_id: int | None, open_txn_ids: Iterable[int], all_locks: Iterable[LockInfo] = ()
+) -> tuple[int, ...]:
+    """The open transactions that began before the vacuum committed (ids below its ``next_txn_id``)
+    and hold no SHARED_READ lock anywhere (``all_locks``: an unfiltered show_locks). An event without
+    ``next_txn_id`` (from an older vacuum) has only its lock snapshot to go by."""
     if next_txn_id is None:
         return ()
-    return tuple(sorted(txn for txn in open_txn_ids if txn < next_txn_id))
+    locking_readers = {lock.txn_id for lock in all_locks if lock.lock_type == "SHARED_READ" and lock.txn_id}
+    return tuple(sorted(txn for txn in open_txn_ids if txn < next_txn_id and txn not in locking_readers))
+
+
+def table_locks(all_locks: Iterable[LockInfo], table: str) -> list[LockInfo]:
+    """The locks of one table (and its partitions) in an unfiltered show_locks, matched without case."""
+    db, name = lock_scope(table)
+    return [lock for lock in all_locks if lock.db.lower() == db and (lock.table or "").lower() == name]
 
 
 def not_checked(

@@ -386,7 +386,7 @@ def plan_cleanup(
 
     kept = [KeptDirectory(name, "already removed") for name in verdict.gone]
     delete: list[str] = []
-    for name in sorted({*verdict.deletable, *verdict.aborted}):
+    for name in verdict.deletable:
         entry = by_name[name]
         problem = _plain_name_problem(name)
         if problem is not None:

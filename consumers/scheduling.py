@@ -16,10 +16,17 @@ from datetime import datetime, timedelta
 from acidclean.consumers.readiness import Readiness
 from acidclean.schemas.common import derived_event_id
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
+from acidclean.shared.bus.codec import fit_field
 
-# A due time further ahead than this is not one acidclean wrote (its delays are one interval); such
-# an envelope is dead-lettered rather than "processed now" or parked for ever.
-MAX_DUE_AHEAD_MS = 24 * 3600 * 1000
+# A due time further ahead than this many intervals is not one acidclean wrote: an envelope is due
+# one interval after the check that wrote it (a group's shared due time is never further), so only
+# clock skew between cleaner hosts or a bad record puts it further. Read, it is clamped to one
+# interval from now instead of holding its whole delay partition (every record behind it) until
+# then. Three intervals leave two intervals of skew unclamped (4 s by default; NTP keeps hosts
+# within milliseconds) and bound what a bad record can cost its partition to a few intervals.
+# Clamping early is never unsafe: a due time only says when to ask again, and the re-check asks the
+# metastore (the lock snapshot decides), so the worst an early check costs is one show_locks.
+MAX_DUE_AHEAD_INTERVALS = 3
 # The poll loop never blocks longer than this, far below max.poll.interval.ms (300 s by default), so
 # a paused partition never costs the process its group membership.
 IDLE_POLL_CAP_S = 0.5
@@ -67,6 +74,7 @@ def delay_envelope(
     stuck_since = None
     if stuck:
         stuck_since = previous.stuck_since if previous is not None and previous.stuck_since is not None else now
+    error = readiness.check_error  # e.g. 40 failed deletes: cut to fit, or the envelope would be invalid
     return DelayEnvelope(
         event_id=derived_event_id(processed.event_id, "delay"),
         tenant=vacuum.tenant,
@@ -79,23 +87,26 @@ def delay_envelope(
         attempt=checks_made(processed) + 1,
         due_at=due if due is not None else next_due(now, interval_ms),
         locks_held=list(readiness.locks_held),
-        check_error=readiness.check_error,
+        check_error=error if error is None else fit_field(DelayEnvelope, "check_error", error),
         stuck=stuck,
         stuck_since=stuck_since,
         open_txns=list(readiness.open_txns[:100]),
     )
 
 
-def due_time_problem(due_ms: int, now_ms: int, interval_ms: int) -> str | None:
-    """Why a delay record's due time cannot be honoured, or None when it is plausible."""
-    limit = max(MAX_DUE_AHEAD_MS, 10 * interval_ms)
+def due_time_problem(due_ms: int) -> str | None:
+    """Why a delay record's due time is not a time at all, or None. A plausible time too far ahead
+    is not refused but clamped (:func:`clamp_due_ms`)."""
     if due_ms < 0:
         return f"x-due-at {due_ms} is negative"
-    if due_ms - now_ms > limit:
-        return (
-            f"x-due-at is {(due_ms - now_ms) / 1000:.0f} s ahead, more than the {limit / 1000:.0f} s any "
-            "acidclean cleaner writes; refusing to park the partition behind it"
-        )
+    return None
+
+
+def clamp_due_ms(due_ms: int, now_ms: int, interval_ms: int) -> int | None:
+    """``now + interval`` for a due time more than :data:`MAX_DUE_AHEAD_INTERVALS` intervals ahead,
+    else None (the due time is plausible and is kept)."""
+    if due_ms - now_ms > MAX_DUE_AHEAD_INTERVALS * interval_ms:
+        return now_ms + interval_ms
     return None
 
 

@@ -21,11 +21,12 @@ import enum
 from dataclasses import dataclass, replace
 
 from acidclean.producers.id_lists import compactor_ids, id_name, lowest_open_id
+from acidclean.shared.acid.claims import superseded_by_own_output
 from acidclean.shared.acid.names import base_name, delta_name, parse_directory_name
 from acidclean.shared.acid.reader import snapshot_files
 from acidclean.shared.acid.state import AcidState, Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidIdList, ValidTxnList
-from acidclean.shared.errors import VacuumRefusedError
+from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError, VacuumRefusedError
 from acidclean.shared.metastore import MetastoreKind
 
 
@@ -156,9 +157,7 @@ def plan_compaction(
     sizes = {f.path: f.size for f in listing.files}
     targets = ((delete_target,) if delete_target else ()) + (insert_target,)
     after = acid_state(_with_directories(listing, targets), valid_ids, valid_txns)
-    # Aborted directories are never read: the vacuum claims them too, so its cleanup removes them.
-    superseded = (*after.obsolete, *after.aborted)
-    obsolete_after = tuple(sorted(name for name in set(superseded) if _at_or_below(name, highest)))
+    obsolete_after = _claims(targets, after, valid_ids, valid_txns, highest)
     unblocked_state = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True), valid_txns)
     held_back = tuple(d.name for d in unblocked_state.deltas if d.max_write_id > valid_ids.high_watermark)
     return CompactionPlan(
@@ -179,6 +178,31 @@ def plan_compaction(
         held_back=held_back,
         held_back_by=lowest_open_id(valid_ids_text, kind) if held_back else None,
     )
+
+
+def _claims(
+    targets: tuple[str, ...], after: AcidState, valid_ids: ValidIdList, valid_txns: ValidTxnList | None, highest: int
+) -> tuple[str, ...]:
+    """What this vacuum's commit supersedes: the directories its own output covers (not what an
+    earlier compaction, say Hive's own, made obsolete: that one's cleanup owns it), plus aborted
+    directories, which no reader uses. Only ids at or below the highest write id (DESIGN.md section 7,
+    rule 3); ACID directories only (original files stay where they are)."""
+    candidates = sorted(
+        name
+        for name in {*after.obsolete, *after.aborted}
+        if _is_acid_directory(name) and _at_or_below(name, highest)
+    )
+    try:
+        return superseded_by_own_output(targets, candidates, valid_ids, valid_txns)
+    except NotEnoughHistoryError:
+        return ()  # the new base is not valid for the compactor's list: it claims nothing
+
+
+def _is_acid_directory(name: str) -> bool:
+    try:
+        return parse_directory_name(name) is not None
+    except AcidLayoutError:
+        return False
 
 
 def _at_or_below(name: str, highest: int) -> bool:

@@ -31,14 +31,13 @@ from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError
 class ClaimVerdict:
     """What the cleaner may do with one vacuum's claims.
 
-    ``deletable`` are claimed directories, present now, that this vacuum's commit made obsolete and
-    that are still obsolete; ``aborted`` are claimed directories of aborted transactions (never read,
-    removable at any time). ``refused`` says why the event must not be acted on at all; ``waiting``
+    ``deletable`` are claimed directories, present now, that this vacuum's commit made obsolete (or
+    that belong to aborted transactions, which no reader uses) and that are not current now.
+    ``refused`` says why the event must not be acted on at all; ``waiting``
     why nothing may be deleted yet; ``superseded`` why there is nothing left for this event to do.
     """
 
     deletable: tuple[str, ...] = ()
-    aborted: tuple[str, ...] = ()
     gone: tuple[str, ...] = ()
     refused: str | None = None
     waiting: str | None = None
@@ -92,6 +91,40 @@ def _missing_new_directories(
     )
 
 
+def superseded_by_own_output(
+    new_directories: Sequence[str],
+    candidates: Sequence[str],
+    valid_ids: ValidIdList,
+    valid_txns: ValidTxnList | None,
+    location: str = "",
+) -> tuple[str, ...]:
+    """The ``candidates`` that a vacuum's new directories supersede by Hive's rules, or that are aborted
+    (never read), each judged beside the new directories alone: a candidate base can never lend its
+    coverage to another candidate. The vacuum claims from it; the cleaner checks claims against it.
+    Raises :class:`NotEnoughHistoryError` when the new base is not yet valid for ``valid_ids``."""
+    superseded = []
+    for candidate in candidates:
+        own_listing = Listing(
+            directories=(*new_directories, candidate),
+            data_formats=_compacted_bases(new_directories),
+            location=location,
+        )
+        state = acid_state(own_listing, valid_ids, valid_txns)
+        if candidate in state.obsolete or candidate in state.aborted:
+            superseded.append(candidate)
+    return tuple(superseded)
+
+
+def own_output_state(
+    new_directories: Sequence[str], valid_ids: ValidIdList, valid_txns: ValidTxnList | None, location: str = ""
+) -> AcidState:
+    """Hive's rules over a vacuum's new directories alone (raises :class:`NotEnoughHistoryError`)."""
+    listing = Listing(
+        directories=tuple(new_directories), data_formats=_compacted_bases(new_directories), location=location
+    )
+    return acid_state(listing, valid_ids, valid_txns)
+
+
 def verify_claims(
     new_directories: Sequence[str],
     claims: Sequence[str],
@@ -111,21 +144,15 @@ def verify_claims(
         return _missing_new_directories(missing_new, listing, valid_ids, highest_write_id)
     present = [name for name in claims if name in listed]
     gone = tuple(sorted(name for name in claims if name not in listed))
-    own_listing = Listing(
-        directories=tuple(new_directories) + tuple(present),
-        data_formats=_compacted_bases(new_directories),
-        location=listing.location,
-    )
     try:
-        own = acid_state(own_listing, valid_ids, valid_txns)
+        own = own_output_state(new_directories, valid_ids, valid_txns, listing.location)
+        superseded = set(superseded_by_own_output(new_directories, present, valid_ids, valid_txns, listing.location))
     except NotEnoughHistoryError as error:
         return ClaimVerdict(waiting=f"the vacuum's new base is not yet valid for the cleaner's snapshot: {error}")
     problem = _new_directories_problem(new_directories, own, valid_txns)
     if problem is not None:
         return problem
-    made_obsolete = [name for name in present if name in own.obsolete]
-    aborted = [name for name in present if name in own.aborted]
-    not_covered = [name for name in present if name not in made_obsolete and name not in aborted]
+    not_covered = [name for name in present if name not in superseded]
     if not_covered:
         return ClaimVerdict(
             refused=f"{', '.join(not_covered)} is claimed obsolete but this vacuum's new directories "
@@ -138,14 +165,13 @@ def verify_claims(
     except NotEnoughHistoryError:
         full = None  # a base above the highest write id: what this vacuum covered, it covers too
     if full is not None:
-        current = [name for name in made_obsolete if name in full.current_directories]
+        current = [name for name in present if name in full.current_directories]
         if current:
             return ClaimVerdict(
                 refused=f"{', '.join(current)} is claimed obsolete but is current in the listing now "
                 f"(current: {', '.join(full.current_directories)}); nothing deleted"
             )
-        aborted = [name for name in aborted if name in full.aborted]
-    return ClaimVerdict(deletable=tuple(sorted(made_obsolete)), aborted=tuple(sorted(aborted)), gone=gone)
+    return ClaimVerdict(deletable=tuple(sorted(present)), gone=gone)
 
 
 def _new_directories_problem(

@@ -76,6 +76,35 @@ def due_at_ms(due_at: datetime) -> int:
     return math.ceil(round(due_at.timestamp() * 1_000_000) / 1000)
 
 
+def fit(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending with how many were cut.
+
+    Every error text that goes into an event field with a length limit passes through here: a text
+    one character too long would make the event invalid, and an outcome that cannot be built is
+    an event the cleaner can never finish (it would be read again and again).
+    """
+    if len(text) <= limit:
+        return text
+    kept = limit
+    while True:  # the note's length depends on the number it states: settle on the longest prefix that fits
+        note = f" [... {len(text) - kept} characters cut]"
+        fitting = limit - len(note)
+        if fitting < 0:
+            return text[:limit]  # no room even for the note
+        if fitting == kept:
+            return text[:kept] + note
+        kept = fitting
+
+
+def fit_field(model: type[EventBase], name: str, text: str) -> str:
+    """``text`` cut (by :func:`fit`) to the ``max_length`` of ``model``'s field ``name``."""
+    limits = [getattr(item, "max_length", None) for item in model.model_fields[name].metadata]
+    limit = next((limit for limit in limits if limit is not None), None)
+    if limit is None:
+        raise ValueError(f"{model.__name__}.{name} has no length limit")
+    return fit(text, limit)
+
+
 def encode(event: EventBase, *, source: str = DEFAULT_SOURCE) -> OutgoingRecord:
     """The Kafka record of ``event`` (binary-mode CloudEvent)."""
     key = event.key.encode("utf-8")
@@ -351,7 +380,7 @@ def reject(
         event_id=uuid.uuid5(ACIDCLEAN_NAMESPACE, identity),
         occurred_at=now(),
         reason_code=code,
-        reason=(reason or code)[:MAX_REASON],
+        reason=fit(reason or code, MAX_REASON),
         rejected_by=rejected_by[:4096] or "unknown",
         rejected_event_type=(rejected_event_type or None) and rejected_event_type[:256],
         source=source_record(record),

@@ -207,13 +207,16 @@ def test_undecodable_record_is_handed_over_as_a_dead_letter(
     assert consumer.committed[(V, 0)] == 1
 
 
-def test_envelope_due_too_far_ahead_is_dead_lettered_not_parked(
+def test_envelope_due_too_far_ahead_is_clamped_to_one_interval_not_parked(
     consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
 ) -> None:
     loop = make_loop(consumer, handler, clock)
+    read_at = clock.now_ms()
     consumer.append(D, 0, envelope(clock, 30 * 24 * 3600))
-    run(loop, 3)
-    assert handler.offsets(D, 0) == [0] and consumer.paused == set()
+    run(loop, 100)
+    [(_, _, offset, handled_at, due)] = handler.handled
+    assert offset == 0 and read_at + 2000 <= due <= read_at + 2010 and due <= handled_at < due + 600
+    assert consumer.paused == set() and consumer.committed[(D, 0)] == 1
 
 
 def test_revoke_while_paused_drops_the_pause_and_commits_nothing_afterwards(
