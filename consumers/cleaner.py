@@ -187,6 +187,7 @@ class Cleaner:
                 cleaner_id=self.cleaner_id,
                 interval_ms=settings.cleanup_interval_ms,
                 batch_size=self.options.batch_size,
+                error_tries=settings.cleanup_error_tries,
             ),
             executor=self._lane_pool,
             metrics=self.metrics,

@@ -103,6 +103,13 @@ class Settings(BaseSettings):
         "has ended (readers that take no locks, e.g. Hive 4 with hive.txn.read.locks=false). Turn off only "
         "where every reader takes SHARED_READ locks.",
     )
+    cleanup_error_tries: int = Field(
+        3,
+        ge=1,
+        description="How many times the cleaner tries an event whose handling fails with an error other than an "
+        "unacknowledged publish, before it sends the event to the dead-letter topic with the error (its offset "
+        "then advances, so one bad event never stops its partition).",
+    )
 
     @classmethod
     def settings_customise_sources(

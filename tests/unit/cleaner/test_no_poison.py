@@ -349,3 +349,29 @@ def test_the_audit_shows_a_vacuum_never_checked_as_overdue_and_a_cleaned_one_nev
 def test_read_audit_flags_overdue_after_a_few_intervals_with_a_floor() -> None:
     assert overdue_after(2000) == timedelta(seconds=60)
     assert overdue_after(30_000) == timedelta(seconds=300)
+
+
+# -- the setting ---------------------------------------------------------------------------------------
+
+
+def test_the_number_of_tries_is_a_setting_the_cleaner_passes_to_its_loop() -> None:
+    from acidclean.consumers.cleaner import Cleaner, CleanerOptions
+    from acidclean.shared.settings import load_settings
+
+    assert load_settings(environ={}).cleanup_error_tries == 3
+    settings = load_settings(
+        environ={"ACIDCLEAN_CLEANUP_ERROR_TRIES": "5"}, overrides={"tenant": "acme", "allowed_roots": {"acme": ["/w"]}}
+    )
+    rig = Rig()
+    cleaner = Cleaner(
+        settings,
+        CleanerOptions(create_topics=False, cleaner_id="c1"),
+        metastore_factory=lambda: rig.metastore,
+        bus_factory=lambda: rig.bus,
+        consumer=FakeConsumer(rig.clock),
+        metrics=rig.metrics,
+    )
+    try:
+        assert cleaner.loop.config.error_tries == 5
+    finally:
+        cleaner.close()
