@@ -41,6 +41,7 @@ from acidclean.consumers.readiness import (
     not_checked,
     open_transactions_before,
     ready_to_clean,
+    table_locks,
 )
 from acidclean.consumers.safety import (
     CleanupPlan,
@@ -195,6 +196,7 @@ class TableLockCheck:
         self._locks: list[LockInfo] | None = None
         self._error: str | None = None
         self._txns: ValidTxnList | None = None
+        self._all_locks: list[LockInfo] | None = None
         self._due: datetime | None = None
         # Envelopes of this group, published together by CleanupHandler.flush_delays (one ack).
         self.pending: list[tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]] = []
@@ -207,17 +209,26 @@ class TableLockCheck:
 
     def readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
         vacuum = vacuum_of(processed)
+        txn_rule = self._handler.config.wait_for_open_txns and vacuum.next_txn_id is not None
         if self._locks is None and self._error is None:
             try:
-                self._locks = self._handler.show_locks(self._table)
+                if txn_rule:
+                    # One unfiltered call: the table's locks, and which transactions read with locks.
+                    self._all_locks = self._handler.show_locks(None)
+                    self._locks = table_locks(self._all_locks, self._table)
+                else:
+                    self._locks = self._handler.show_locks(self._table)
             except MetastoreError as error:
                 self._error = f"metastore show_locks failed: {error}"
         open_before: tuple[int, ...] = ()
-        if self._locks is not None and self._handler.config.wait_for_open_txns and vacuum.next_txn_id is not None:
+        if self._locks is not None and txn_rule:
             try:
-                open_before = open_transactions_before(vacuum.next_txn_id, self.transactions().open_ids)
+                if self._all_locks is None:
+                    self._all_locks = self._handler.show_locks(None)
+                open_ids = self.transactions().open_ids
+                open_before = open_transactions_before(vacuum.next_txn_id, open_ids, self._all_locks)
             except MetastoreError as error:
-                self._error = f"metastore get_open_txns_info failed: {error}"
+                self._error = f"metastore check of open transactions failed: {error}"
                 self._locks = None
         if self._locks is None:
             last = processed.locks_held if isinstance(processed, DelayEnvelope) else None
@@ -284,8 +295,11 @@ class CleanupHandler:
         self._bus()
         _ = self._metastore().kind
 
-    def show_locks(self, table: str) -> list[LockInfo]:
-        """One table-level show_locks, retried a bounded number of times (then fail closed)."""
+    def show_locks(self, table: str | None) -> list[LockInfo]:
+        """One table-level show_locks (every lock with ``None``), retried a bounded number of times
+        (then fail closed)."""
+        if table is None:
+            return self._retried("show_locks", lambda metastore: metastore.show_locks())
         db, name = lock_scope(table)
         return self._retried("show_locks", lambda metastore: metastore.show_locks(db, name))
 

@@ -3,6 +3,8 @@ obsolete), ``_vT`` visibility, forged events, empty snapshots and readers that t
 
 from __future__ import annotations
 
+import dataclasses
+
 from acidclean.producers.plan import CompactionType, plan_compaction
 from acidclean.schemas.events import CleanupRejected, DelayEnvelope
 from acidclean.shared.acid.claims import verify_claims
@@ -194,3 +196,20 @@ def test_the_open_transaction_rule_can_be_turned_off_where_every_reader_locks() 
         new_directories=[D45], obsolete_directories=[D4, D5], highest_write_id=5, lock_snapshot=[], next_txn_id=60
     )
     assert rig.handle(event).kind == "cleaned"
+
+
+def test_a_reader_locked_on_another_table_does_not_hold_this_tables_cleanup() -> None:
+    # Hive's rule would wait for every older open transaction (HIVE-26704); a transaction holding a
+    # SHARED_READ lock reads with locks on, so it would have locked this table too before listing it.
+    rig = hive3_rig()
+    rig.fs.add_acid_dirs(LOCATION, [D4, D5, D45])
+    rig.metastore.open_txns = [48, 49]
+    reader_elsewhere = rig.metastore.take_lock(31, "other.table")
+    rig.metastore.locks = [dataclasses.replace(reader_elsewhere, txn_id=48)]
+    event = vacuum(
+        new_directories=[D45], obsolete_directories=[D4, D5], highest_write_id=5, lock_snapshot=[], next_txn_id=60
+    )
+    outcome = rig.handle(event)  # 49 holds no read lock: a lockless reader, waited for
+    assert outcome.kind == "delayed" and outcome.event.open_txns == [49]  # type: ignore[union-attr]
+    rig.metastore.open_txns = [48]
+    assert rig.handle(outcome.event).kind == "cleaned"
