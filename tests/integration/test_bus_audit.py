@@ -259,6 +259,27 @@ def _audit(settings: Settings, *args: str) -> str:
     return result.stdout
 
 
+@pytest.fixture(autouse=True)
+def audit_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run the audit as if read 90 s after T0: the waiting vacuum (due at T0+64 s) is not yet overdue."""
+    monkeypatch.setattr("acidclean.consumers.audit.utc_now", lambda: T0 + timedelta(seconds=90))
+
+
+def test_audit_shows_a_vacuum_not_checked_well_past_its_due_time_as_overdue(
+    kafka_bootstrap: str, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = publish_history(kafka_bootstrap, f"{unique_name}.")
+    monkeypatch.setattr("acidclean.consumers.audit.utc_now", lambda: T0 + timedelta(minutes=10))
+    rows = json.loads(_audit(settings, "sales.orders", "--partition", "ds=2", "--format", "json"))
+    expected = {
+        **EXPECTED_JSON[1],
+        "state": "overdue",
+        "reason": "overdue: due at 2025-03-14T09:01:04Z, not checked since; last check at 2025-03-14T09:01:02Z: "
+        + str(EXPECTED_JSON[1]["reason"]),
+    }
+    assert rows == [expected]
+
+
 def test_audit_reproduces_the_scripted_history_in_both_formats(kafka_bootstrap: str, unique_name: str) -> None:
     settings = publish_history(kafka_bootstrap, f"{unique_name}.")
     assert _audit(settings) == EXPECTED_TABLE
