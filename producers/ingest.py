@@ -30,6 +30,7 @@ from acidclean.schemas.events import DeltaCommitted
 from acidclean.shared.acid.events import BUCKET, decode_bucket_property
 from acidclean.shared.acid.names import bucket_file_name, delta_name
 from acidclean.shared.acid.reader import read_snapshot
+from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.acid.writer import delete_events, insert_events, write_acid_version_file
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.errors import AcidCleanError, ConfigurationError, TableNotFoundError
@@ -142,7 +143,8 @@ def _rows_to_delete(
 ) -> pa.Table:
     """Identities of a random ``fraction`` of the rows this transaction sees (it locked first)."""
     snapshot = reader_ids(metastore.valid_write_ids(info.db, info.table), metastore.kind)
-    visible = read_snapshot(location.fs.arrow, location.path, snapshot, columns=[], with_row_id=True)
+    txns = ValidTxnList.from_string(metastore.valid_txn_list())
+    visible = read_snapshot(location.fs.arrow, location.path, snapshot, columns=[], with_row_id=True, valid_txns=txns)
     count = round(visible.num_rows * fraction)
     if count == 0:
         return visible.slice(0, 0)

@@ -21,6 +21,7 @@ from acidclean.producers.id_lists import reader_ids
 from acidclean.producers.locks import acquire_lock
 from acidclean.shared.acid.reader import list_table_dir, read_state
 from acidclean.shared.acid.state import acid_state
+from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.errors import AcidCleanError, ConfigurationError
 from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import LockRequestComponent, LockType, Metastore, Operation, partition_name
@@ -64,9 +65,11 @@ def locked_read(
         lock = acquire_lock(metastore, [component], txn_id, timeout_s=lock_timeout_s)
         # Only now: the snapshot and the listing.
         snapshot = reader_ids(metastore.valid_write_ids(db, table), metastore.kind)
+        # A _vT directory (Hive's own compactor output) is read only once T committed.
+        txns = ValidTxnList.from_string(metastore.valid_txn_list())
         location = open_location(info.location)
         listing = list_table_dir(location.fs.arrow, location.path)
-        state = acid_state(listing, snapshot)
+        state = acid_state(listing, snapshot, txns)
         rows = read_state(
             location.fs.arrow,
             listing,

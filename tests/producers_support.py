@@ -19,6 +19,7 @@ from acidclean.producers.publish import Publisher
 from acidclean.producers.vacuum import VacuumRequest, VacuumResult, outbox_for, run_vacuum
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.reader import read_snapshot
+from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
@@ -73,7 +74,8 @@ def snapshot(metastore: HiveMetastore, name: str, partition: str | None = None) 
     info = metastore.get_table(DB, name, partition)
     location = open_location(info.location)
     ids = reader_ids(metastore.valid_write_ids(DB, name), metastore.kind)
-    rows = read_snapshot(location.fs.arrow, location.path, ids, with_row_id=True)
+    txns = ValidTxnList.from_string(metastore.valid_txn_list())
+    rows = read_snapshot(location.fs.arrow, location.path, ids, with_row_id=True, valid_txns=txns)
     return rows.sort_by(IDENTITY_ORDER)
 
 
