@@ -36,8 +36,10 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.readiness import (
+    COMMIT_MARGIN,
     Readiness,
     lock_scope,
+    locks_missing_from_snapshot,
     not_checked,
     open_transactions_before,
     ready_to_clean,
@@ -70,8 +72,9 @@ from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
 from acidclean.shared.filesystem import FileSystem, StorageError, TreeSize
+from acidclean.shared.lock_entries import snapshot_entry
 from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
-from acidclean.shared.vacuum_marker import VACUUM_MARKER
+from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 
@@ -200,6 +203,11 @@ class TableLockCheck:
         self._due: datetime | None = None
         # Envelopes of this group, published together by CleanupHandler.flush_delays (one ack).
         self.pending: list[tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]] = []
+
+    @property
+    def current_locks(self) -> list[LockInfo]:
+        """The table's locks as last listed (empty before the first check)."""
+        return list(self._locks or [])
 
     def transactions(self) -> ValidTxnList:
         """The metastore's transaction list (raises ``MetastoreError``)."""
@@ -525,6 +533,25 @@ class CleanupHandler:
         refusal = check_markers(vacuum, markers)
         if refusal is not None:
             return self._refuse(work, processed, refusal)
+        unlisted = locks_missing_from_snapshot(
+            vacuum.lock_snapshot, locks.current_locks, vacuum.partition, _committed_by(vacuum, markers)
+        )
+        if unlisted:
+            # Never expected: a snapshot that misses a reader is a bug or a bad event. Wait for it.
+            held = tuple(snapshot_entry(lock) for lock in unlisted)
+            reason = (
+                f"lock(s) {', '.join(str(lock.lock_id) for lock in unlisted)} acquired before the vacuum committed "
+                "are missing from its lock snapshot; waiting for them too"
+            )
+            log(
+                LOGGER,
+                logging.WARNING,
+                reason,
+                event_id=processed.event_id,
+                table=vacuum.table,
+                partition=vacuum.partition,
+            )
+            return self._delay(processed, Readiness(False, held, reason), locks)
         plan = plan_cleanup(vacuum, children, ids, txns)
         if isinstance(plan, Refusal):
             return self._refuse(work, processed, plan)
@@ -719,6 +746,17 @@ class CleanupHandler:
             log(LOGGER, logging.WARNING, f"crash hook: SIGKILL at {point}", crash_at=point)
             sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> datetime:
+    """A time by which the vacuum's rename had certainly happened: its snapshot time, or later if its
+    markers (which an event cannot forge) say it was written later, plus the commit margin."""
+    latest = vacuum.occurred_at
+    for data in markers.values():
+        written = VacuumMarker.parse(data).written() if data else None
+        if written is not None and written + COMMIT_MARGIN > latest:
+            latest = written + COMMIT_MARGIN
+    return latest
 
 
 def _attempt(processed: VacuumCommitted | DelayEnvelope) -> int:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from urllib.parse import unquote
 
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.shared.metastore import LockInfo, split_table_name
@@ -75,6 +77,41 @@ def open_transactions_before(
         return ()
     locking_readers = {lock.txn_id for lock in all_locks if lock.lock_type == "SHARED_READ" and lock.txn_id}
     return tuple(sorted(txn for txn in open_txn_ids if txn < next_txn_id and txn not in locking_readers))
+
+
+# How long after its marker is written a vacuum's rename may still be under way, plus the clock skew
+# between the vacuum's host and the metastore's database: a lock acquired this soon after the marker
+# may belong to a reader that listed before the rename.
+COMMIT_MARGIN = timedelta(seconds=60)
+
+
+def locks_missing_from_snapshot(
+    snapshot: Sequence[LockSnapshotEntry],
+    current_locks: Iterable[LockInfo],
+    partition: str | None,
+    committed_by: datetime,
+) -> tuple[LockInfo, ...]:
+    """Locks on the table (or on ``partition``) acquired by ``committed_by`` and still held, that the
+    snapshot does not list. Any such reader may have listed before the commit: a snapshot that misses
+    it is incomplete (a lost or forged event, a partition name spelled another way), and the cleanup
+    waits for it too. Waiting locks have not listed yet; they do not count."""
+    listed = {entry.lock_id for entry in snapshot}
+    limit_ms = committed_by.timestamp() * 1000
+    return tuple(
+        lock
+        for lock in current_locks
+        if lock.lock_id not in listed
+        and lock.acquired_at_ms is not None
+        and lock.acquired_at_ms <= limit_ms
+        and _same_partition(lock.partition, partition)
+    )
+
+
+def _same_partition(lock_partition: str | None, partition: str | None) -> bool:
+    """A table-level lock covers every partition; otherwise the names are compared unescaped."""
+    if lock_partition is None or partition is None:
+        return True
+    return unquote(lock_partition).lower() == unquote(partition).lower()
 
 
 def table_locks(all_locks: Iterable[LockInfo], table: str) -> list[LockInfo]:

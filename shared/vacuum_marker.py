@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 VACUUM_MARKER = "_acidclean_vacuum.json"
@@ -28,6 +29,13 @@ class VacuumMarker:
     table: str
     partition: str | None
     highest_write_id: int
+    written_at: str | None = None  # ISO time the marker was written, just before the commit's rename
+
+    def written(self) -> datetime | None:
+        try:
+            return datetime.fromisoformat(self.written_at) if self.written_at else None
+        except ValueError:
+            return None
 
     def to_bytes(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -41,6 +49,7 @@ class VacuumMarker:
             table=str(draft["table"]),
             partition=draft.get("partition"),
             highest_write_id=int(draft["highest_write_id"]),
+            written_at=datetime.now(timezone.utc).isoformat(),
         )
 
     @classmethod
@@ -53,6 +62,7 @@ class VacuumMarker:
                 table=str(loaded["table"]),
                 partition=loaded.get("partition"),
                 highest_write_id=int(loaded["highest_write_id"]),
+                written_at=loaded.get("written_at"),
             )
         except (ValueError, KeyError, TypeError) as error:
             raise MarkerError(f"not a vacuum marker ({type(error).__name__}: {error})") from error

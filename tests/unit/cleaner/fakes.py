@@ -139,8 +139,14 @@ class FakeFileSystem:
     def mark_vacuum_output(self, event: VacuumCommitted) -> None:
         """Write the marker the vacuum of ``event`` leaves in each of its new directories that exists."""
         location = event.location.removeprefix("file://").removeprefix("file:")
-        marker = VacuumMarker(str(event.event_id), event.vacuum_job_id, event.table, event.partition,
-                              event.highest_write_id)
+        marker = VacuumMarker(
+            str(event.event_id),
+            event.vacuum_job_id,
+            event.table,
+            event.partition,
+            event.highest_write_id,
+            written_at=event.occurred_at.isoformat(),  # just before the rename, as the vacuum writes it
+        )
         for name in event.new_directories:
             directory = f"{location.rstrip('/')}/{name}"
             if directory in self.dirs:
@@ -197,9 +203,18 @@ class FakeMetastore:
         db, name = table.split(".")
         self.tables[(db, name, partition)] = location
 
-    def take_lock(self, lock_id: int, table: str, partition: str | None = None, state: str = "ACQUIRED") -> LockInfo:
+    def take_lock(
+        self,
+        lock_id: int,
+        table: str,
+        partition: str | None = None,
+        state: str = "ACQUIRED",
+        acquired_at: datetime = T0 - timedelta(minutes=1),
+    ) -> LockInfo:
+        """A reader's SHARED_READ lock; by default acquired a minute before the factories' vacuums."""
         db, name = table.split(".")
-        info = LockInfo(lock_id, 3, db, name, partition, "SHARED_READ", state, "alice", "reader-1", 1, 1)
+        acquired_ms = int(acquired_at.timestamp() * 1000) if state == "ACQUIRED" else None
+        info = LockInfo(lock_id, 3, db, name, partition, "SHARED_READ", state, "alice", "reader-1", acquired_ms, 1)
         self.locks.append(info)
         return info
 

@@ -14,8 +14,9 @@ from acidclean.schemas.events import CleanupDone, CleanupRejected, CleanupStarte
 from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.bus.protocol import Delivery
 from acidclean.shared.errors import BusError
+from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
-from .fakes import LOCATION, TOPICS, FakeFileSystem, Rig, lock, vacuum
+from .fakes import LOCATION, T0, TOPICS, FakeFileSystem, Rig, lock, vacuum
 
 D1, D2, D3 = (delta_name(i, i, 0) for i in (1, 2, 3))
 NEW = delta_name(1, 3)
@@ -62,8 +63,31 @@ def test_released_locks_let_the_cleanup_remove_exactly_the_obsolete_directories(
 
 
 def test_reader_that_locked_after_the_vacuum_does_not_delay(rig: Rig) -> None:
-    rig.metastore.take_lock(99, "sales.orders", "ds=2025-03-14")  # not in the snapshot
+    later = T0 + timedelta(minutes=2)  # the vacuum committed at T0 and wrote no marker time
+    rig.metastore.take_lock(99, "sales.orders", "ds=2025-03-14", acquired_at=later)  # not in the snapshot
     assert rig.handle(vacuum()).kind == "cleaned"
+
+
+def test_a_reader_locked_before_the_commit_but_missing_from_the_snapshot_is_waited_for(rig: Rig) -> None:
+    # An incomplete snapshot (a lost event, a partition name spelled another way): the lock list says
+    # this reader held its lock before the vacuum committed, so the cleanup waits for it too.
+    rig.metastore.take_lock(98, "sales.orders", "ds=2025-03-14")  # a minute before T0
+    outcome = rig.handle(vacuum(lock_snapshot=[], locks_observed=0))
+    assert outcome.kind == "delayed" and rig.fs.deleted == []
+    assert [entry.lock_id for entry in outcome.event.locks_held] == [98]  # type: ignore[union-attr]
+    rig.metastore.release(98)
+    assert rig.handle(outcome.event).kind == "cleaned"
+
+
+def test_a_marker_written_after_the_events_time_moves_the_commit_later(rig: Rig) -> None:
+    # A forged event dated early cannot hide a reader: the marker the vacuum wrote gives the time.
+    rig.metastore.take_lock(97, "sales.orders", "ds=2025-03-14", acquired_at=T0 + timedelta(minutes=5))
+    event = vacuum(lock_snapshot=[], locks_observed=0)
+    marker = VacuumMarker(str(event.event_id), "job-1", event.table, event.partition, 3,
+                          written_at=(T0 + timedelta(minutes=5)).isoformat())
+    rig.fs.write_file(f"{LOCATION}/{NEW}/{VACUUM_MARKER}", marker.to_bytes())
+    rig.mark_vacuum_output = False
+    assert rig.handle(event).kind == "delayed"
 
 
 def test_metastore_down_fails_closed_delays_and_deletes_nothing(rig: Rig) -> None:

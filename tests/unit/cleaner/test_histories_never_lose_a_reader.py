@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -135,8 +136,10 @@ class CleanerHistories(RuleBasedStateMachine):
             lock_id = self.world.next_lock
             self.world.next_lock += 1
             db, name = TABLE.split(".")
+            self.world.rig.clock.advance(1)
+            acquired_ms = self.world.rig.clock.now_ms()
             self.metastore.locks.append(
-                LockInfo(lock_id, txn, db, name, PARTITION, "SHARED_READ", "ACQUIRED", "r", "h", 1, 1)
+                LockInfo(lock_id, txn, db, name, PARTITION, "SHARED_READ", "ACQUIRED", "r", "h", acquired_ms, 1)
             )
         ids = reader_ids(self.metastore.valid_write_ids("sales", "orders"), MetastoreKind.HIVE3)
         try:
@@ -176,6 +179,7 @@ class CleanerHistories(RuleBasedStateMachine):
         if plan.existing_targets:
             return  # run_vacuum: already committed (or refuses a half-done one)
         event_id = uuid.uuid4()
+        self.world.rig.clock.advance(1)
         # Committed (renamed) with its marker, then the lock snapshot and next transaction id.
         self.world.rig.fs.add_acid_dirs(LOCATION, plan.targets)
         snapshot = [entry for entry in self.metastore.show_locks("sales", "orders")]
@@ -188,6 +192,7 @@ class CleanerHistories(RuleBasedStateMachine):
             lock_snapshot=[_entry(lock) for lock in snapshot],
             next_txn_id=self.metastore.txn_high_watermark + 1,
             location=LOCATION,
+            occurred_at=self.world.rig.clock.now(),
         )
         self.world.rig.fs.mark_vacuum_output(event)
         self.world.pending.append(Pending(event))
@@ -219,14 +224,19 @@ class CleanerHistories(RuleBasedStateMachine):
     @precondition(lambda self: self.world.pending)
     @rule(data=st.data())
     def forge_an_event(self, data: st.DataObject) -> None:
-        """A bad event: an honest one with claims widened to anything listed."""
+        """A bad event: an honest one with claims widened to anything listed, sometimes with its lock
+        snapshot dropped and its time moved earlier."""
         honest = data.draw(st.sampled_from(self.world.pending))
         vacuum = honest.event.vacuum if isinstance(honest.event, DelayEnvelope) else honest.event
         listed = [n for n in self.world.rig.fs.children(LOCATION) if n.startswith(("base_", "delta_", "delete_"))]
         extra = data.draw(st.lists(st.sampled_from(listed), max_size=3)) if listed else []
         claims = sorted({*vacuum.obsolete_directories, *extra} - set(vacuum.new_directories))
-        forged = vacuum.model_copy(update={"obsolete_directories": claims})
+        update: dict[str, object] = {"obsolete_directories": claims}
+        if data.draw(st.booleans()):  # the snapshot lost, and the event dated earlier to hide readers
+            update.update(lock_snapshot=[], locks_observed=0, occurred_at=vacuum.occurred_at - timedelta(hours=1))
+        forged = vacuum.model_copy(update=update)
         self.world.pending.append(Pending(forged, honest=False))
+        self.cleaner_check(data, 0)  # often handled at once, while the honest one still waits
 
     # -- the cleaner ------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ obsolete), ``_vT`` visibility, forged events, empty snapshots and readers that t
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 
 from acidclean.producers.plan import CompactionType, plan_compaction
 from acidclean.schemas.events import CleanupRejected, DelayEnvelope
@@ -13,7 +14,7 @@ from acidclean.shared.acid.state import Listing
 from acidclean.shared.acid.write_ids import ValidCleanerWriteIdList, ValidTxnList
 from acidclean.shared.metastore import MetastoreKind
 
-from .fakes import LOCATION, TOPICS, Rig, lock, vacuum
+from .fakes import LOCATION, T0, TOPICS, Rig, lock, vacuum
 
 BASE3, BASE5 = base_name(3), base_name(5)
 D4, D5 = delta_name(4, 4, 0), delta_name(5, 5, 0)
@@ -40,7 +41,7 @@ def test_a_reader_between_two_vacuums_keeps_what_it_reads_until_it_releases() ->
     rig.metastore.take_lock(1, "sales.orders", "ds=2025-03-14")
     rig.fs.add_acid_dirs(LOCATION, [D45])
     v1 = vacuum(new_directories=[D45], obsolete_directories=[D4, D5], highest_write_id=5, lock_snapshot=[lock(1)])
-    rig.metastore.take_lock(2, "sales.orders", "ds=2025-03-14")
+    rig.metastore.take_lock(2, "sales.orders", "ds=2025-03-14", acquired_at=T0 + timedelta(minutes=2))
     rig.fs.add_acid_dirs(LOCATION, [BASE5])
     v2 = vacuum(
         new_directories=[BASE5],
