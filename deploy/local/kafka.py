@@ -42,6 +42,16 @@ class KafkaPorts:
     controller: int
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id. One starting with ``-`` would be read by StorageTool's argument
+    parser as an option (about one start in 64 failed that way), so draw again, as Kafka's own
+    ``Uuid.randomUuid`` does."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def server_properties(ports: KafkaPorts, data_dir: Path) -> str:
     return f"""\
 process.roles=broker,controller
@@ -101,7 +111,7 @@ def start_kafka(state_dir: Path, broker_port: int | None = None, timeout_s: floa
     log4j.write_text(LOG4J2_PROPERTIES, encoding="utf-8")
     java = java_executable()
     common = [f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={log_dir}", "-cp", f"{libs}/*"]
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_cluster_id()
     run_to_completion(
         "Kafka storage format",
         [java, "-Xmx256m", *common, "kafka.tools.StorageTool", "format", "-t", cluster_id,
