@@ -749,14 +749,14 @@ class CleanupHandler:
 
 
 def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> datetime:
-    """A time by which the vacuum's rename had certainly happened: its snapshot time, or later if its
-    markers (which an event cannot forge) say it was written later, plus the commit margin."""
+    """A time by which the vacuum's rename had certainly happened: its snapshot time, or its markers'
+    time if later (an event cannot forge the marker the vacuum wrote), plus the commit margin."""
     latest = vacuum.occurred_at
     for data in markers.values():
         written = VacuumMarker.parse(data).written() if data else None
-        if written is not None and written + COMMIT_MARGIN > latest:
-            latest = written + COMMIT_MARGIN
-    return latest
+        if written is not None and written > latest:
+            latest = written
+    return latest + COMMIT_MARGIN
 
 
 def _attempt(processed: VacuumCommitted | DelayEnvelope) -> int:

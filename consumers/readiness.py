@@ -79,10 +79,10 @@ def open_transactions_before(
     return tuple(sorted(txn for txn in open_txn_ids if txn < next_txn_id and txn not in locking_readers))
 
 
-# How long after its marker is written a vacuum's rename may still be under way, plus the clock skew
-# between the vacuum's host and the metastore's database: a lock acquired this soon after the marker
-# may belong to a reader that listed before the rename.
-COMMIT_MARGIN = timedelta(seconds=60)
+# Clock skew between the vacuum's host (the event's time, the marker's) and the metastore's database
+# (a lock's acquired time), plus the rename itself. A reader that locks within this margin after the
+# commit is waited for too, which costs at most one reader's run of delay.
+COMMIT_MARGIN = timedelta(seconds=5)
 
 
 def locks_missing_from_snapshot(
@@ -125,7 +125,7 @@ def not_checked(
 ) -> Readiness:
     """The metastore could not be asked: not ready (fail closed), locks as last known."""
     held = tuple(last_known_held) if last_known_held is not None else tuple(snapshot)
-    return Readiness(ready=False, locks_held=held, check_error=error[:4096])
+    return Readiness(ready=False, locks_held=held, check_error=error)  # cut to fit where an event carries it
 
 
 def lock_scope(table: str) -> tuple[str, str]:

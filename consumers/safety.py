@@ -76,7 +76,7 @@ class CleanupPlan:
     def note(self) -> str | None:
         notes = [self.superseded] if self.superseded else []
         notes += [f"kept {item.name}: {item.reason}" for item in self.kept]
-        return "; ".join(notes)[:4096] if notes else None
+        return "; ".join(notes) if notes else None  # cut to fit by the CleanupDone that carries it
 
 
 # -- locations and roots --------------------------------------------------------------------------

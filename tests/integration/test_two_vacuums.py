@@ -7,6 +7,7 @@ vacuums and the ingest writer; the reader is ``locked_read`` (locks, then lists,
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 from cleaner_support import TENANT, Watcher, running_cleaner
 from producers_support import DB, directories, make_settings, new_table, vacuum, write
 
+from acidclean.consumers.readiness import COMMIT_MARGIN
 from acidclean.producers.reader import locked_read
 from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.metastore import HiveMetastore
@@ -74,6 +76,8 @@ def test_a_reader_between_two_vacuums_keeps_what_it_reads_until_it_releases(
             r1 = reader_1.enter_context(locked_read(metastore, DB, unique_name))
             minor = vacuum(metastore, settings, spark, unique_name)
             assert minor.new_directories == (delta_name(later[0], later[-1]),)
+            # A reader locking within the commit margin is waited for too (clock skew); R2 comes later.
+            time.sleep(COMMIT_MARGIN.total_seconds() + 1)
             r2 = reader_2.enter_context(locked_read(metastore, DB, unique_name))
             assert r2.directories == (base_name(first[-1]), delta_name(later[0], later[-1]))
             major = vacuum(metastore, settings, spark, unique_name, full=True)
