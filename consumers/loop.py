@@ -467,10 +467,7 @@ class CleanerLoop:
                     LOGGER,
                     logging.WARNING,
                     f"handling failed (try {attempt} of {tries}), trying again: {type(error).__name__}: {error}",
-                    topic=work.record.topic,
-                    partition_number=work.record.partition,
-                    offset=work.offset,
-                    event_id=getattr(work.event, "event_id", None),
+                    **_position(work),
                 )
                 pause_ms = min(self.config.error_pause_ms * 2 ** (attempt - 1), self.config.interval_ms)
                 time.sleep(pause_ms / 1000)
@@ -483,10 +480,7 @@ class CleanerLoop:
             LOGGER,
             logging.ERROR,
             f"handling failed {tries} time(s), dead-lettering the event: {type(error).__name__}: {error}",
-            topic=work.record.topic,
-            partition_number=work.record.partition,
-            offset=work.offset,
-            event_id=getattr(work.event, "event_id", None),
+            **_position(work),
             traceback="".join(traceback.format_exception(error)),
         )
         try:
@@ -729,3 +723,13 @@ class CleanerLoop:
     @property
     def states(self) -> dict[Partition, PartitionState]:
         return self._states
+
+
+def _position(work: Work) -> dict[str, Any]:
+    """Where a work item came from, for its log lines."""
+    return {
+        "topic": work.record.topic,
+        "partition_number": work.record.partition,
+        "offset": work.offset,
+        "event_id": getattr(work.event, "event_id", None),
+    }
