@@ -26,20 +26,19 @@ import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException
 
 from acidclean.consumers.cleaning import (
-    CRASH_POINTS,
     CleanerMetastore,
     CleanerTopics,
     CleanupHandler,
-    CrashPoint,
     HandlerConfig,
     StorageLocationLike,
 )
+from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
@@ -64,7 +63,7 @@ class CleanerOptions:
     dry_run: bool = False
     metrics_port: int | None = None
     cleaner_id: str | None = None
-    crash_at: CrashPoint | None = None  # test hook, from ACIDCLEAN_CRASH_AT
+    crash_points: CrashPoints = field(default_factory=NoCrashes)  # tests of rule 5: ACIDCLEAN_CRASH_AT
     batch_size: int = 500
     create_topics: bool = True
 
@@ -98,16 +97,6 @@ def cleaner_group_id(settings: Settings, dry_run: bool = False) -> str:
 
 def default_cleaner_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def crash_point_from_env(environ: dict[str, str] | None = None) -> CrashPoint | None:
-    """The ACIDCLEAN_CRASH_AT test hook: the step at which the process kills itself."""
-    value = (environ if environ is not None else dict(os.environ)).get("ACIDCLEAN_CRASH_AT")
-    if not value:
-        return None
-    if value not in CRASH_POINTS:
-        raise ConfigurationError(f"ACIDCLEAN_CRASH_AT={value!r}: expected one of {', '.join(CRASH_POINTS)}")
-    return value  # type: ignore[return-value]
 
 
 class Cleaner:
@@ -167,7 +156,6 @@ class Cleaner:
                 max_wait_s=settings.max_wait_s,
                 topics=self.topics,
                 dry_run=self.options.dry_run,
-                crash_at=self.options.crash_at,
                 wait_for_open_txns=settings.cleanup_waits_for_open_txns,
             ),
             metastore=self._per_thread("metastore", self._metastore_factory),
@@ -176,6 +164,7 @@ class Cleaner:
             roots=roots,
             metrics=self.metrics,
             delete_pool=self._delete_pool,
+            crash_points=self.options.crash_points,
         )
         self.loop = CleanerLoop(
             consumer or self._consumer(),

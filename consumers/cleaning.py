@@ -20,9 +20,6 @@ caller must not commit the input offset.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +30,7 @@ from typing import Literal, Protocol, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.readiness import (
@@ -81,8 +79,6 @@ LOGGER = logging.getLogger("acidclean.cleaner")
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
-CRASH_POINTS = ("before-delete", "mid-delete", "after-delete", "after-done")
-CrashPoint = Literal["before-delete", "mid-delete", "after-delete", "after-done"]
 OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run", "dropped"]
 
 
@@ -142,7 +138,6 @@ class HandlerConfig:
     max_wait_s: float
     topics: CleanerTopics
     dry_run: bool = False
-    crash_at: CrashPoint | None = None
     lock_check_attempts: int = 3
     wait_for_open_txns: bool = True
 
@@ -265,6 +260,7 @@ class CleanupHandler:
         metrics: CleanerMetrics,
         delete_pool: Executor | None = None,
         clock: Clock | None = None,
+        crash_points: CrashPoints | None = None,
     ) -> None:
         self.config = config
         self._metastore = metastore
@@ -274,6 +270,7 @@ class CleanupHandler:
         self._metrics = metrics
         self._delete_pool = delete_pool
         self._clock = clock or SystemClock()
+        self._crash = crash_points or NoCrashes()
         self._stuck: dict[str, float] = {}
         self._stuck_lock = threading.Lock()
 
@@ -611,14 +608,10 @@ class CleanupHandler:
             # Acknowledged before the first delete: if this process dies before its CleanupDone is
             # acknowledged, the restarted cleaner finds these gone and only this event says what was deleted.
             self._announce(processed, planned)
-        self._crash_point("before-delete")
-        pending = list(planned)
+        self._crash.reached("before-delete")
         removed: list[RemovedDirectory] = []
         errors: list[str] = []
-        if self.config.crash_at == "mid-delete" and pending:
-            removed.append(self._remove(storage, pending.pop(0)))
-            self._crash_point("mid-delete")
-        for result in self._each(self._try_remove, storage, pending):
+        for result in self._each(self._try_remove, storage, planned):
             if isinstance(result, str):
                 errors.append(result)
             else:
@@ -641,11 +634,11 @@ class CleanupHandler:
                 Readiness(False, (), "delete failed: " + "; ".join(errors)),
                 locks,
             )
-        self._crash_point("after-delete")
+        self._crash.reached("after-delete")
         removed.sort(key=lambda item: item.name)
         self._count_removed(removed)
         outcome = self._report_done(processed, self._done(processed, removed, plan.note()), "cleaned")
-        self._crash_point("after-done")
+        self._crash.reached("after-done")
         return outcome
 
     def _announce(self, processed: VacuumCommitted | DelayEnvelope, planned: Sequence[RemovedDirectory]) -> None:
@@ -732,6 +725,7 @@ class CleanupHandler:
 
     def _remove(self, storage: StorageLocationLike, directory: RemovedDirectory) -> RemovedDirectory:
         storage.fs.delete_dir(storage.child(directory.name))
+        self._crash.reached("mid-delete")
         return directory
 
     def _try_remove(self, storage: StorageLocationLike, directory: RemovedDirectory) -> RemovedDirectory | str:
@@ -739,13 +733,6 @@ class CleanupHandler:
             return self._remove(storage, directory)
         except (StorageError, OSError) as error:
             return f"{directory.name}: {error}"
-
-    def _crash_point(self, point: CrashPoint) -> None:
-        """Test hook (ACIDCLEAN_CRASH_AT): die here as abruptly as a power cut would."""
-        if self.config.crash_at == point:
-            log(LOGGER, logging.WARNING, f"crash hook: SIGKILL at {point}", crash_at=point)
-            sys.stderr.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> datetime:

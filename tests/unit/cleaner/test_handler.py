@@ -381,3 +381,21 @@ def test_a_group_due_time_already_past_is_not_reused(rig: Rig) -> None:
     rig.handler.flush_delays(check)
     dues = [e.due_at for e in rig.published(TOPICS.cleanup_delay) if isinstance(e, DelayEnvelope)]
     assert dues[1] == rig.clock.now() + timedelta(milliseconds=2000)
+
+
+def test_crash_points_are_told_each_step_and_change_nothing_on_the_delete_path(rig: Rig) -> None:
+    reached: list[str] = []
+
+    class Recorder:
+        def reached(self, point: str) -> None:
+            reached.append(point)
+
+    plain = Rig()
+    plain.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    plain.fs.add_acid_dirs(LOCATION, [D1, D2, D3, NEW])
+    rig.handler._crash = Recorder()  # type: ignore[assignment]
+    rig.metastore.release(7)
+    plain.metastore.release(7)
+    assert rig.handle(vacuum()).kind == plain.handle(vacuum()).kind == "cleaned"
+    assert rig.fs.deleted == plain.fs.deleted  # same deletes, same order
+    assert reached == ["before-delete", "mid-delete", "mid-delete", "mid-delete", "after-delete", "after-done"]
