@@ -42,12 +42,12 @@ from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.consumers.safety import TenantRoots, UnsafeLocation
+from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.shared.bus.consumer import consumer_config
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
-from acidclean.shared.errors import ConfigurationError
+from acidclean.shared.errors import ConfigurationError, UnsafePathError
 from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import HiveMetastore
 from acidclean.shared.settings import Settings
@@ -125,7 +125,7 @@ class Cleaner:
             )
         try:
             roots = TenantRoots.build(settings.tenant, settings.allowed_roots, os.path.realpath)
-        except UnsafeLocation as error:
+        except UnsafePathError as error:
             raise ConfigurationError(f"invalid allowed root: {error}") from error
         self.topics = CleanerTopics(*(settings.topic(name) for name in CLEANER_TOPICS))
         if self.options.create_topics:

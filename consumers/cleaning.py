@@ -5,7 +5,7 @@ record the decoder already refused) and returns only once its outcome is acknowl
 
 * locks of the snapshot still held, or the metastore unreachable (fail closed): a delay envelope;
 * ready: the obsolete directories are computed again from the current listing, checked against
-  rules 3 and 4 (:mod:`acidclean.consumers.safety`), announced by a ``CleanupStarted`` that the
+  rules 3 and 4 (:mod:`acidclean.consumers.rules`), announced by a ``CleanupStarted`` that the
   broker must acknowledge before the first delete, deleted with the delete pool, and
   ``CleanupDone`` lists them (file counts, bytes); a table dropped meanwhile gives a ``CleanupDone``
   with nothing removed and the reason;
@@ -33,7 +33,9 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_expo
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.consumers.readiness import (
+from acidclean.consumers.rules.obsolete import CleanupPlan, check_claims, check_markers, plan_cleanup
+from acidclean.consumers.rules.paths import TenantRoots, check_location
+from acidclean.consumers.rules.readiness import (
     COMMIT_MARGIN,
     Readiness,
     lock_scope,
@@ -43,17 +45,7 @@ from acidclean.consumers.readiness import (
     ready_to_clean,
     table_locks,
 )
-from acidclean.consumers.safety import (
-    CleanupPlan,
-    NotYet,
-    Refusal,
-    TenantRoots,
-    check_claims,
-    check_location,
-    check_markers,
-    cleaner_ids,
-    plan_cleanup,
-)
+from acidclean.consumers.rules.verdicts import NotYet, Refusal
 from acidclean.consumers.scheduling import delay_envelope, next_due, vacuum_of
 from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import (
@@ -64,6 +56,7 @@ from acidclean.schemas.events import (
     RemovedDirectory,
     VacuumCommitted,
 )
+from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.codec import fit_field, reject
 from acidclean.shared.bus.protocol import EventBus
@@ -71,7 +64,7 @@ from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
 from acidclean.shared.filesystem import FileSystem, StorageError, TreeSize
 from acidclean.shared.lock_entries import snapshot_entry
-from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
+from acidclean.shared.metastore import LockInfo, TableInfo
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 LOGGER = logging.getLogger("acidclean.cleaner")

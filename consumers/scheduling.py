@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from acidclean.consumers.readiness import Readiness
+from acidclean.consumers.rules.readiness import Readiness
 from acidclean.schemas.common import derived_event_id
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.bus.codec import fit_field

@@ -23,11 +23,11 @@ from acidclean.producers.acid_files import (
     write_acid_events,
 )
 from acidclean.producers.hive_types import arrow_type, bucket_ids, generate_rows
-from acidclean.producers.id_lists import reader_ids
 from acidclean.producers.locks import acquire_lock
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import DeltaCommitted
 from acidclean.shared.acid.events import BUCKET, decode_bucket_property
+from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.names import bucket_file_name, delta_name
 from acidclean.shared.acid.reader import read_snapshot
 from acidclean.shared.acid.write_ids import ValidTxnList

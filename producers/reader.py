@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from acidclean.producers.id_lists import reader_ids
 from acidclean.producers.locks import acquire_lock
+from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.reader import list_table_dir, read_state
 from acidclean.shared.acid.state import acid_state
 from acidclean.shared.acid.write_ids import ValidTxnList

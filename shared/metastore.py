@@ -28,6 +28,7 @@ from thrift.protocol import TBinaryProtocol
 from thrift.Thrift import TApplicationException, TException
 from thrift.transport import TSocket, TTransport
 
+from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
 
 T = TypeVar("T")
@@ -36,11 +37,6 @@ NO_MIN_OPEN = 9223372036854775807  # Long.MAX_VALUE: Hive's "no open id" marker 
 ORC_SERDE = "org.apache.hadoop.hive.ql.io.orc.OrcSerde"
 ORC_INPUT = "org.apache.hadoop.hive.ql.io.orc.OrcInputFormat"
 ORC_OUTPUT = "org.apache.hadoop.hive.ql.io.orc.OrcOutputFormat"
-
-
-class MetastoreKind(enum.Enum):
-    HIVE2 = "hive2"  # deltas carry transaction ids
-    HIVE3 = "hive3"  # deltas carry per-table write ids
 
 
 class LockType(enum.Enum):

@@ -39,6 +39,7 @@ from acidclean.schemas.events import (
     Event,
     VacuumCommitted,
 )
+from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.acid.writer import insert_events, write_bucket_file
@@ -46,7 +47,7 @@ from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
-from acidclean.shared.metastore import HiveMetastore, LockRequestComponent, MetastoreKind
+from acidclean.shared.metastore import HiveMetastore, LockRequestComponent
 from acidclean.shared.settings import Settings, load_settings
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 

@@ -12,12 +12,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from acidclean.producers.id_lists import reader_ids
 from acidclean.producers.ingest import CommitResult, IngestRequest, create_table, ingest
 from acidclean.producers.plan import CompactionType
 from acidclean.producers.publish import Publisher
 from acidclean.producers.vacuum import VacuumRequest, VacuumResult, outbox_for, run_vacuum
 from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.reader import read_snapshot
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.codec import decode

@@ -37,10 +37,11 @@ from cleaner_support import (
 )
 from confluent_kafka import Consumer, TopicPartition
 
-from acidclean.consumers.readiness import ready_to_clean
-from acidclean.consumers.safety import CleanupPlan, cleaner_ids, plan_cleanup
+from acidclean.consumers.rules.obsolete import CleanupPlan, plan_cleanup
+from acidclean.consumers.rules.readiness import ready_to_clean
 from acidclean.deploy.local.process import free_port
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
+from acidclean.shared.acid.id_lists import cleaner_ids
 from acidclean.shared.bus.codec import header_due_at_ms
 from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import HiveMetastore

@@ -30,9 +30,10 @@ from producers_support import DB, directories, make_settings, new_table, snapsho
 from acidclean.cli import main as cli
 from acidclean.deploy.local.metastore import start_metastore
 from acidclean.deploy.local.process import stop_process
+from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.errors import VacuumRefusedError
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore, MetastoreKind
+from acidclean.shared.metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
 

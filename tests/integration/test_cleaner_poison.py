@@ -27,7 +27,7 @@ from cleaner_support import (
 from confluent_kafka import Consumer, TopicPartition
 
 from acidclean.consumers.cleaner import Cleaner, cleaner_group_id
-from acidclean.consumers.readiness import Readiness
+from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
 from acidclean.shared.filesystem import StorageError, open_location
 from acidclean.shared.metastore import HiveMetastore

@@ -12,14 +12,14 @@ from click.testing import CliRunner
 from producers_support import DB, directories, make_settings, new_table, snapshot, write
 
 from acidclean.cli import main as cli
-from acidclean.producers.id_lists import reader_ids
 from acidclean.schemas.events import DeltaCommitted
 from acidclean.shared.acid.events import decode_bucket_property
+from acidclean.shared.acid.id_lists import MetastoreKind, reader_ids
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore, MetastoreKind
+from acidclean.shared.metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
 

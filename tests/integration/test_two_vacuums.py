@@ -15,7 +15,7 @@ import pytest
 from cleaner_support import Watcher, running_cleaner
 from producers_support import DB, directories, vacuum, write
 
-from acidclean.consumers.readiness import COMMIT_MARGIN
+from acidclean.consumers.rules.readiness import COMMIT_MARGIN
 from acidclean.producers.reader import locked_read
 from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.metastore import HiveMetastore

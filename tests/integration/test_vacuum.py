@@ -34,9 +34,10 @@ from producers_support import (
 from acidclean.cli import main as cli
 from acidclean.producers.publish import Publisher
 from acidclean.producers.reader import locked_read
+from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.errors import VacuumError, VacuumRefusedError
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore, MetastoreKind
+from acidclean.shared.metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 pytestmark = pytest.mark.integration

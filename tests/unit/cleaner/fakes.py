@@ -25,15 +25,16 @@ from acidclean.consumers.cleaning import (
     Work,
 )
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.consumers.safety import TenantRoots
+from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, Event, VacuumCommitted
+from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
 from acidclean.shared.filesystem import Entry, StorageError, TreeSize
-from acidclean.shared.metastore import LockInfo, MetastoreKind, TableInfo
+from acidclean.shared.metastore import LockInfo, TableInfo
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 LONG_MAX = 9223372036854775807

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from acidclean.consumers.readiness import ready_to_clean
+from acidclean.consumers.rules.readiness import ready_to_clean
 from acidclean.consumers.scheduling import delay_envelope
 from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import CleanupDone, CleanupRejected, CleanupStarted, DelayEnvelope
@@ -360,7 +360,7 @@ def test_stuck_vacuum_keeps_waiting_and_is_counted(rig: Rig) -> None:
 
 
 def test_major_vacuum_on_a_hive3_metastore_uses_write_ids(rig: Rig) -> None:
-    from acidclean.shared.metastore import MetastoreKind
+    from acidclean.shared.acid.id_lists import MetastoreKind
 
     hive3 = Rig(fs=rig.fs, metastore=rig.metastore)
     hive3.metastore._kind = MetastoreKind.HIVE3

@@ -17,14 +17,14 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from acidclean.producers.id_lists import reader_ids
 from acidclean.producers.plan import CompactionType, plan_compaction
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
+from acidclean.shared.acid.id_lists import MetastoreKind, reader_ids
 from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.acid.state import Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.errors import NotEnoughHistoryError, VacuumRefusedError
-from acidclean.shared.metastore import LockInfo, MetastoreKind
+from acidclean.shared.metastore import LockInfo
 
 from .fakes import LOCATION, T0, Rig
 from .fakes import vacuum as make_vacuum

@@ -11,7 +11,7 @@ import pytest
 from acidclean.consumers.cleaning import Outcome, Work
 from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.consumers.readiness import Readiness
+from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import IDLE_POLL_CAP_S, delay_envelope
 from acidclean.schemas.events import CleanupRejected, CleanupStarted, DelayEnvelope
 from acidclean.shared.acid.names import delta_name

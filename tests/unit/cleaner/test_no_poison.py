@@ -17,14 +17,14 @@ from acidclean.consumers.audit import fold, overdue_after
 from acidclean.consumers.cleaning import Outcome, Work
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.consumers.readiness import Readiness
-from acidclean.consumers.safety import UnsafeLocation, storage_path
+from acidclean.consumers.rules.paths import storage_path
+from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import clamp_due_ms, delay_envelope
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.bus.codec import fit
-from acidclean.shared.errors import BusError
+from acidclean.shared.errors import BusError, UnsafePathError
 
 from .fakes import LOCATION, T0, TOPICS, FakeClock, FakeConsumer, InlineExecutor, Rig, lock, vacuum
 
@@ -57,7 +57,7 @@ def test_fit_never_exceeds_a_tiny_limit() -> None:
 
 @pytest.mark.parametrize("location", ["hdfs://[nn/x", "hdfs://nn]/x", "s3://[::1/w"])
 def test_storage_path_refuses_what_urlparse_cannot_parse(location: str) -> None:
-    with pytest.raises(UnsafeLocation):
+    with pytest.raises(UnsafePathError):
         storage_path(location)
 
 

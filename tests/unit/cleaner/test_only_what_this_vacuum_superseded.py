@@ -9,10 +9,10 @@ from datetime import timedelta
 from acidclean.producers.plan import CompactionType, plan_compaction
 from acidclean.schemas.events import CleanupRejected, DelayEnvelope
 from acidclean.shared.acid.claims import verify_claims
+from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.acid.state import Listing
 from acidclean.shared.acid.write_ids import ValidCleanerWriteIdList, ValidTxnList
-from acidclean.shared.metastore import MetastoreKind
 
 from .fakes import LOCATION, T0, TOPICS, Rig, lock, vacuum
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acidclean.consumers.readiness import not_checked, ready_to_clean
+from acidclean.consumers.rules.readiness import not_checked, ready_to_clean
 from acidclean.consumers.scheduling import (
     BUSY_POLL_CAP_S,
     IDLE_POLL_CAP_S,

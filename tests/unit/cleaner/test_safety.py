@@ -6,22 +6,13 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from acidclean.consumers.safety import (
-    CleanupPlan,
-    NotYet,
-    Refusal,
-    StoragePath,
-    TenantRoots,
-    UnsafeLocation,
-    check_claims,
-    check_location,
-    cleaner_ids,
-    plan_cleanup,
-    storage_path,
-)
+from acidclean.consumers.rules.obsolete import CleanupPlan, check_claims, plan_cleanup
+from acidclean.consumers.rules.paths import StoragePath, TenantRoots, check_location, storage_path
+from acidclean.consumers.rules.verdicts import NotYet, Refusal
+from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.names import base_name, delta_name, parse_directory_name
+from acidclean.shared.errors import UnsafePathError
 from acidclean.shared.filesystem import Entry
-from acidclean.shared.metastore import MetastoreKind
 
 from .fakes import LOCATION, vacuum
 
@@ -235,7 +226,7 @@ def test_location_spellings_compare_equal_and_dotdot_is_refused() -> None:
     assert storage_path("file:/warehouse/t") == storage_path("file:///warehouse/t/") == storage_path("/warehouse//t")
     assert storage_path("s3a://bucket/w") == StoragePath("s3", "bucket", "/w")
     for bad in ("/warehouse/../etc", "relative/path", "file:/w/./../x", ""):
-        with pytest.raises(UnsafeLocation):
+        with pytest.raises(UnsafePathError):
             storage_path(bad)
 
 

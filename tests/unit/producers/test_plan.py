@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from acidclean.producers.id_lists import compactor_ids, lowest_open_id, reader_ids
 from acidclean.producers.plan import CompactionType, describe_plan, plan_compaction
+from acidclean.shared.acid.id_lists import MetastoreKind, compactor_ids, lowest_open_id, reader_ids
 from acidclean.shared.acid.state import Listing
 from acidclean.shared.acid.write_ids import (
     ValidCompactorTxnList,
@@ -14,7 +14,6 @@ from acidclean.shared.acid.write_ids import (
     ValidWriteIdList,
 )
 from acidclean.shared.errors import VacuumRefusedError
-from acidclean.shared.metastore import MetastoreKind
 
 NOTHING_OPEN = 9223372036854775807
 SINGLE = ["delta_0000001_0000001_0000", "delta_0000002_0000002_0000", "delta_0000003_0000003_0000"]
