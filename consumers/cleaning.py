@@ -481,14 +481,12 @@ class CleanupHandler:
         except TableNotFoundError as error:
             return self._table_gone(work, processed, error, locks)
         except MetastoreError as error:
-            return self._delay(
-                processed, not_checked(vacuum.lock_snapshot, (), f"metastore get_table failed: {error}"), locks
-            )
+            return self._fail_closed(processed, f"metastore get_table failed: {error}", locks)
         try:
             storage = self._open_storage(table.location)
             real = storage.fs.real_path(storage.path)
         except StorageError as error:
-            return self._delay(processed, not_checked(vacuum.lock_snapshot, (), f"storage: {error}"), locks)
+            return self._fail_closed(processed, f"storage: {error}", locks)
         refusal = check_location(vacuum, table.location, table.location if real == storage.path else real, self._roots)
         if refusal is not None:
             return self._refuse(work, processed, refusal)
@@ -496,22 +494,18 @@ class CleanupHandler:
             self._metrics.metastore_calls.labels("valid_write_ids").inc()
             ids = cleaner_ids(metastore.kind, metastore.valid_write_ids(db, name), vacuum.highest_write_id)
         except MetastoreError as error:
-            return self._delay(
-                processed, not_checked(vacuum.lock_snapshot, (), f"metastore valid_write_ids failed: {error}"), locks
-            )
+            return self._fail_closed(processed, f"metastore valid_write_ids failed: {error}", locks)
         try:
             children = storage.fs.list_dir(storage.path)
         except StorageError as error:
             if not _exists(storage.fs, storage.path):
                 done = self._done(processed, (), f"the location {table.location} no longer exists; nothing to remove")
                 return self._report_done(processed, done, "cleaned")
-            return self._delay(processed, not_checked(vacuum.lock_snapshot, (), f"storage: {error}"), locks)
+            return self._fail_closed(processed, f"storage: {error}", locks)
         try:
             txns = locks.transactions()
         except MetastoreError as error:
-            return self._delay(
-                processed, not_checked(vacuum.lock_snapshot, (), f"metastore get_open_txns_info failed: {error}"), locks
-            )
+            return self._fail_closed(processed, f"metastore get_open_txns_info failed: {error}", locks)
         try:
             markers = {
                 name: storage.fs.read_file(storage.child(f"{name}/{VACUUM_MARKER}"))
@@ -519,7 +513,7 @@ class CleanupHandler:
                 if any(entry.name == name and entry.is_dir for entry in children)
             }
         except StorageError as error:
-            return self._delay(processed, not_checked(vacuum.lock_snapshot, (), f"storage: {error}"), locks)
+            return self._fail_closed(processed, f"storage: {error}", locks)
         refusal = check_markers(vacuum, markers)
         if refusal is not None:
             return self._refuse(work, processed, refusal)
@@ -549,6 +543,13 @@ class CleanupHandler:
             return self._delay(processed, Readiness(False, readiness.locks_held, plan.reason), locks)
         return self._delete_and_report(processed, storage, plan, locks)
 
+    def _fail_closed(
+        self, processed: VacuumCommitted | DelayEnvelope, reason: str, locks: TableLockCheck
+    ) -> Outcome:
+        """Rule 1's fail-closed answer: something could not be asked or listed, so nothing is deleted
+        and the vacuum waits one more interval."""
+        return self._delay(processed, not_checked(vacuum_of(processed).lock_snapshot, (), reason), locks)
+
     def _table_gone(
         self, work: Work, processed: VacuumCommitted | DelayEnvelope, error: TableNotFoundError, locks: TableLockCheck
     ) -> Outcome:
@@ -563,11 +564,7 @@ class CleanupHandler:
             storage = self._open_storage(vacuum.location)
             exists = _exists(storage.fs, storage.path)
         except StorageError as storage_error:
-            return self._delay(
-                processed,
-                not_checked(vacuum.lock_snapshot, (), f"storage: {storage_error}"),
-                locks,
-            )
+            return self._fail_closed(processed, f"storage: {storage_error}", locks)
         what = f"{vacuum.table}" + (f" partition {vacuum.partition}" if vacuum.partition else "")
         if exists:
             return self._refuse(
