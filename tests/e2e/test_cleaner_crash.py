@@ -24,7 +24,7 @@ from cleaner_support import (
 from acidclean.consumers.audit import read_audit
 from acidclean.shared.metastore import HiveMetastore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.rule5]
 
 
 STATIC_MEMBER = {"ACIDCLEAN_KAFKA_GROUP_INSTANCE_ID": "cleaner-1", "ACIDCLEAN_KAFKA_SESSION_TIMEOUT_MS": "10000"}

@@ -61,6 +61,7 @@ def readable(table: Table, names: list[str]) -> bool:
     return True
 
 
+@pytest.mark.rule1
 def test_seed_story_reader_before_the_vacuum_delays_then_the_cleanup_follows_its_release(
     metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
 ) -> None:
@@ -94,6 +95,7 @@ def test_seed_story_reader_before_the_vacuum_delays_then_the_cleanup_follows_its
     assert "acidclean_cleaner_lateness_seconds_bucket" in metrics
 
 
+@pytest.mark.rule2
 def test_reader_that_locked_after_the_vacuum_does_not_delay_the_cleanup(
     metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
 ) -> None:
@@ -111,6 +113,7 @@ def test_reader_that_locked_after_the_vacuum_does_not_delay_the_cleanup(
         late_reader.release()
 
 
+@pytest.mark.rule1
 def test_a_table_level_reader_holds_back_every_partition_and_one_show_locks_serves_them_all(
     metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
 ) -> None:
@@ -162,6 +165,7 @@ def test_a_waiting_table_never_blocks_another_tables_cleanup(
         reader.release()
 
 
+@pytest.mark.rule4
 def test_unsafe_or_invalid_events_go_to_the_dead_letter_topic_and_delete_nothing(
     metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
 ) -> None:
@@ -256,6 +260,7 @@ def test_a_vacuum_waiting_past_the_max_wait_is_reported_stuck_and_keeps_waiting(
     assert len(done.directories_removed) == 2
 
 
+@pytest.mark.rule4
 def test_a_tenants_cleaner_skips_other_tenants_events_on_shared_topics_and_never_touches_their_paths(
     metastore: HiveMetastore, root: Path, settings: Settings, watcher: Watcher, unique_name: str
 ) -> None:

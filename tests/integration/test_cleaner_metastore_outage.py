@@ -20,7 +20,7 @@ from acidclean.deploy.local.process import free_port, stop_process
 from acidclean.shared.errors import StackError
 from acidclean.shared.metastore import HiveMetastore
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.rule1]
 OUTAGE_S = 30.0
 
 

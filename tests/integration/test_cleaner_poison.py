@@ -33,7 +33,7 @@ from acidclean.shared.filesystem import StorageError, open_location
 from acidclean.shared.metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.rule5]
 INTERVAL_S = 0.3
 
 

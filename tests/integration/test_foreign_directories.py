@@ -19,7 +19,7 @@ from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.rule3]
 
 
 @pytest.mark.metastore  # CI runs these on Hive 3 too

@@ -21,7 +21,7 @@ from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.rule1, pytest.mark.rule3]
 
 
 def reread(metastore: HiveMetastore, name: str, read_directories: tuple[str, ...]) -> bool:

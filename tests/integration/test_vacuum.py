@@ -93,6 +93,7 @@ def test_minor_then_major_vacuum_keep_every_row_with_its_identity_and_deleted_ro
     assert events[1].table == f"{DB}.{unique_name}" and events[1].tenant == settings.tenant
 
 
+@pytest.mark.rule2
 def test_the_lock_snapshot_taken_after_the_rename_holds_the_reader_that_was_reading(
     metastore: HiveMetastore, settings: Settings, spark: Any, unique_name: str
 ) -> None:
@@ -229,6 +230,7 @@ def test_an_open_transaction_below_every_delta_is_refused_naming_it(
 # -- publishing -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.rule6
 def test_an_event_kafka_does_not_acknowledge_waits_in_the_outbox_until_a_flush(
     metastore: HiveMetastore,
     settings: Settings,
@@ -286,6 +288,7 @@ def test_the_cli_dry_run_prints_the_plan_and_writes_nothing(
 # -- failure in the middle ----------------------------------------------------------------------------
 
 
+@pytest.mark.rule6
 def test_a_vacuum_killed_while_writing_leaves_only_its_hidden_staging_directory(
     metastore: HiveMetastore,
     settings: Settings,

@@ -30,6 +30,7 @@ def rig() -> Rig:
     return rig
 
 
+@pytest.mark.rule1
 def test_reader_holding_a_snapshot_lock_delays_and_nothing_is_deleted(rig: Rig) -> None:
     rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
     outcome = rig.handle(vacuum())
@@ -62,12 +63,14 @@ def test_released_locks_let_the_cleanup_remove_exactly_the_obsolete_directories(
     assert done.event_id == derived_event_id(done.correlation_id, "cleanup-done")
 
 
+@pytest.mark.rule2
 def test_reader_that_locked_after_the_vacuum_does_not_delay(rig: Rig) -> None:
     later = T0 + timedelta(seconds=30)  # the vacuum committed at T0 and wrote no marker time
     rig.metastore.take_lock(99, "sales.orders", "ds=2025-03-14", acquired_at=later)  # not in the snapshot
     assert rig.handle(vacuum()).kind == "cleaned"
 
 
+@pytest.mark.rule1
 def test_a_reader_locked_before_the_commit_but_missing_from_the_snapshot_is_waited_for(rig: Rig) -> None:
     # An incomplete snapshot (a lost event, a partition name spelled another way): the lock list says
     # this reader held its lock before the vacuum committed, so the cleanup waits for it too.
@@ -79,6 +82,7 @@ def test_a_reader_locked_before_the_commit_but_missing_from_the_snapshot_is_wait
     assert rig.handle(outcome.event).kind == "cleaned"
 
 
+@pytest.mark.rule1
 def test_a_marker_written_after_the_events_time_moves_the_commit_later(rig: Rig) -> None:
     # A forged event dated early cannot hide a reader: the marker the vacuum wrote gives the time.
     rig.metastore.take_lock(97, "sales.orders", "ds=2025-03-14", acquired_at=T0 + timedelta(minutes=5))
@@ -90,6 +94,7 @@ def test_a_marker_written_after_the_events_time_moves_the_commit_later(rig: Rig)
     assert rig.handle(event).kind == "delayed"
 
 
+@pytest.mark.rule1
 def test_metastore_down_fails_closed_delays_and_deletes_nothing(rig: Rig) -> None:
     rig.metastore.down = True
     outcome = rig.handle(vacuum())
@@ -383,6 +388,7 @@ def test_a_group_due_time_already_past_is_not_reused(rig: Rig) -> None:
     assert dues[1] == rig.clock.now() + timedelta(milliseconds=2000)
 
 
+@pytest.mark.rule5
 def test_crash_points_are_told_each_step_and_change_nothing_on_the_delete_path(rig: Rig) -> None:
     reached: list[str] = []
 

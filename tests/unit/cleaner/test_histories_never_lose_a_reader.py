@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -28,6 +29,8 @@ from acidclean.shared.metastore import LockInfo
 
 from .fakes import LOCATION, T0, Rig
 from .fakes import vacuum as make_vacuum
+
+pytestmark = [pytest.mark.rule1, pytest.mark.rule3]
 
 TABLE, PARTITION = "sales.orders", "ds=2025-03-14"
 

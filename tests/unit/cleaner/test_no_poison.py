@@ -28,6 +28,8 @@ from acidclean.shared.errors import BusError, UnsafePathError
 
 from .fakes import LOCATION, T0, TOPICS, FakeClock, FakeConsumer, InlineExecutor, Rig, lock, vacuum
 
+pytestmark = [pytest.mark.rule5]
+
 V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
 D1, D2, D3 = (delta_name(i, i, 0) for i in (1, 2, 3))
 NEW = delta_name(1, 3)

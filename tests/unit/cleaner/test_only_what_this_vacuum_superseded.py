@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
+import pytest
+
 from acidclean.producers.plan import CompactionType, plan_compaction
 from acidclean.schemas.events import CleanupRejected, DelayEnvelope
 from acidclean.shared.acid.claims import verify_claims
@@ -161,6 +163,7 @@ def test_an_event_naming_another_vacuums_output_is_refused() -> None:
     assert str(real.event_id) in outcome.event.reason  # type: ignore[union-attr]
 
 
+@pytest.mark.rule1
 def test_an_empty_lock_snapshot_without_the_vacuums_word_is_refused() -> None:
     rig = hive3_rig()
     rig.fs.add_acid_dirs(LOCATION, [D4, D5, D45])
@@ -172,6 +175,7 @@ def test_an_empty_lock_snapshot_without_the_vacuums_word_is_refused() -> None:
     assert "locks_observed" in outcome.event.reason  # type: ignore[union-attr]
 
 
+@pytest.mark.rule1
 def test_readers_without_locks_are_waited_for_through_their_open_transactions() -> None:
     rig = hive3_rig()
     rig.fs.add_acid_dirs(LOCATION, [D4, D5, D45])
@@ -199,6 +203,7 @@ def test_the_open_transaction_rule_can_be_turned_off_where_every_reader_locks() 
     assert rig.handle(event).kind == "cleaned"
 
 
+@pytest.mark.rule1
 def test_a_reader_locked_on_another_table_does_not_hold_this_tables_cleanup() -> None:
     # Hive's rule would wait for every older open transaction (HIVE-26704); a transaction holding a
     # SHARED_READ lock reads with locks on, so it would have locked this table too before listing it.

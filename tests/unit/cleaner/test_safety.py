@@ -62,6 +62,7 @@ def plan(
     ],
     ids=["minor", "major", "major-then-minor", "minor-with-delete-delta"],
 )
+@pytest.mark.rule3
 def test_seed_cases_delete_exactly_the_obsolete_directories(
     listing: list[str], new: list[str], highest: int, obsolete: list[str], kind: MetastoreKind
 ) -> None:
@@ -74,6 +75,7 @@ def test_seed_cases_delete_exactly_the_obsolete_directories(
 
 
 @pytest.mark.parametrize("kind", [MetastoreKind.HIVE2, MetastoreKind.HIVE3])
+@pytest.mark.rule3
 def test_newer_deltas_above_the_highest_write_id_are_never_deleted(kind: MetastoreKind) -> None:
     # A later minor vacuum (delta_1_5) already exists: with the cap at 3 it is invisible, so the
     # deltas it covers beyond this vacuum's range stay, and delta_4_4/delta_5_5 are not touched.
@@ -84,6 +86,7 @@ def test_newer_deltas_above_the_highest_write_id_are_never_deleted(kind: Metasto
     assert result.kept == ()  # delta_1_3 stays current: the later delta_1_5 is not visible at the cap
 
 
+@pytest.mark.rule3
 def test_the_new_directory_and_what_only_a_later_vacuum_superseded_are_never_deleted() -> None:
     # minor (delta_1_3) committed first, major (base_3) after: delta_1_3 is obsolete by the rules now,
     # but only the major vacuum made it so, and readers that started between the two commits read it.
@@ -122,6 +125,7 @@ def test_not_enough_history_without_a_newer_base_still_waits() -> None:
 
 
 @pytest.mark.parametrize("kind", [MetastoreKind.HIVE2, MetastoreKind.HIVE3])
+@pytest.mark.rule3
 def test_an_open_transaction_whose_delta_is_listed_means_wait(kind: MetastoreKind) -> None:
     result = plan([], [delta_name(1, 3)], [D1, D2, D3], dirs(D1, D2, D3, delta_name(1, 3)), 3, open_ids="2", kind=kind)
     assert isinstance(result, NotYet) and "2" in result.reason
@@ -154,6 +158,7 @@ def test_a_new_directory_that_does_not_exist_and_nothing_covers_is_refused() -> 
     assert delta_name(1, 3) in result.reason and "does not exist" in result.reason
 
 
+@pytest.mark.rule3
 def test_a_claim_that_the_vacuums_own_output_does_not_cover_is_refused() -> None:
     # delta_2_3 covers delta_2_2 and delta_3_3, not delta_1_1: a claim of it is not this vacuum's.
     result = plan([], [delta_name(2, 3)], [D1, D2], dirs(D1, D2, D3, delta_name(2, 3)), 3)
@@ -201,17 +206,20 @@ def test_a_malformed_acid_name_in_the_directory_refuses_instead_of_guessing() ->
     "name",
     ["delta_0000001_0000001/../../etc", "../delta_0000001_0000001_0000", "a/b", "..", "delta_1_1\\x", "x\x00"],
 )
+@pytest.mark.rule4
 def test_path_traversal_in_a_claimed_name_is_refused(name: str) -> None:
     refusal = check_claims(vacuum(obsolete_directories=[name]))
     assert refusal is not None and refusal.code == "unsafe_path"
 
 
 @pytest.mark.parametrize("name", ["not_acid", "_tmp_delta_0000001_0000003", ".hive-staging", "base_x"])
+@pytest.mark.rule4
 def test_names_outside_the_acid_grammar_are_refused(name: str) -> None:
     refusal = check_claims(vacuum(obsolete_directories=[name]))
     assert refusal is not None and refusal.code == "unsafe_path"
 
 
+@pytest.mark.rule4
 def test_a_symbolic_link_among_the_obsolete_directories_refuses_the_whole_event() -> None:
     children = [*dirs(D1, D3, delta_name(1, 3)), Entry(D2, True, 0, is_symlink=True)]
     result = plan([], [delta_name(1, 3)], [D1, D2, D3], children, 3)
@@ -222,6 +230,7 @@ def roots(tenant: str = "acme") -> TenantRoots:
     return TenantRoots.build(tenant, ROOTS)
 
 
+@pytest.mark.rule4
 def test_location_spellings_compare_equal_and_dotdot_is_refused() -> None:
     assert storage_path("file:/warehouse/t") == storage_path("file:///warehouse/t/") == storage_path("/warehouse//t")
     assert storage_path("s3a://bucket/w") == StoragePath("s3", "bucket", "/w")
@@ -230,6 +239,7 @@ def test_location_spellings_compare_equal_and_dotdot_is_refused() -> None:
             storage_path(bad)
 
 
+@pytest.mark.rule4
 def test_the_event_location_must_be_the_metastores() -> None:
     event = vacuum(location="/warehouse/sales.db/other")
     refusal = check_location(event, LOCATION, LOCATION, roots())
@@ -237,23 +247,27 @@ def test_the_event_location_must_be_the_metastores() -> None:
     assert check_location(vacuum(location="file:" + LOCATION), LOCATION, LOCATION, roots()) is None
 
 
+@pytest.mark.rule4
 def test_another_tenants_path_is_refused_even_inside_our_root() -> None:
     where = "/warehouse/globex/db/t"
     refusal = check_location(vacuum(location=where), where, where, roots())
     assert refusal is not None and refusal.code == "other_tenant"
 
 
+@pytest.mark.rule4
 def test_a_location_outside_every_allowed_root_is_refused() -> None:
     for where in ("/tmp/x/t", "/warehousex/t", "/warehouse", "hdfs://nn1/warehouse/t"):
         refusal = check_location(vacuum(location=where), where, where, roots())
         assert refusal is not None and refusal.code in ("unsafe_path", "other_tenant"), where
 
 
+@pytest.mark.rule4
 def test_a_location_whose_links_resolve_outside_the_roots_is_refused() -> None:
     refusal = check_location(vacuum(), LOCATION, "/etc/important", roots())
     assert refusal is not None and refusal.code == "unsafe_path" and "links resolved" in refusal.reason
 
 
+@pytest.mark.rule4
 def test_a_tenant_with_roots_elsewhere_never_gets_our_paths() -> None:
     refusal = check_location(vacuum(), LOCATION, LOCATION, roots("globex"))
     assert refusal is not None and refusal.code == "other_tenant" and "'acme'" in refusal.reason
@@ -284,6 +298,7 @@ directory_names = st.one_of(
     links=st.sets(st.integers(0, 11), max_size=2),
     kind=st.sampled_from([MetastoreKind.HIVE2, MetastoreKind.HIVE3]),
 )
+@pytest.mark.rule3
 def test_only_acid_directories_at_or_below_the_highest_write_id_are_ever_deleted(
     listing: set[str], highest: int, open_ids: set[int], aborted: set[int], links: set[int], kind: MetastoreKind
 ) -> None:

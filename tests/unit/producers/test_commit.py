@@ -76,6 +76,7 @@ def test_an_insert_target_without_rows_still_commits_and_a_delete_target_without
     assert sorted(p.name for p in (tmp_path / staging_name("j") / "base_0000002").iterdir()) == ["_orc_acid_version"]
 
 
+@pytest.mark.rule6
 def test_a_commit_interrupted_between_two_renames_is_finished_by_the_next_run(tmp_path: Path) -> None:
     staging = stage(tmp_path)
     content = draft(tmp_path)
@@ -135,6 +136,7 @@ def publisher(bus: InMemoryBus) -> Publisher:
     return Publisher(load_settings(environ={}), bus)
 
 
+@pytest.mark.rule2
 def test_the_event_carries_the_locks_held_on_its_table_after_the_commit(tmp_path: Path) -> None:
     event = complete_event(draft(tmp_path), LocksOnly([READER, OTHER_TABLE]))  # type: ignore[arg-type]
     assert [lock.lock_id for lock in event.lock_snapshot] == [12]
@@ -152,6 +154,7 @@ def test_an_acknowledged_event_leaves_nothing_in_the_outbox(tmp_path: Path) -> N
     assert [e.event_id for e in bus.events("acid.vacuum.committed")] == [event.event_id]
 
 
+@pytest.mark.rule6
 def test_an_unacknowledged_event_stays_in_the_outbox_and_a_flush_publishes_it_once(tmp_path: Path) -> None:
     outbox, bus, content = Outbox(tmp_path / "outbox"), InMemoryBus(), draft(tmp_path)
     event = complete_event(content, LocksOnly())  # type: ignore[arg-type]
@@ -207,6 +210,7 @@ def test_an_unreadable_outbox_entry_is_reported_not_skipped(tmp_path: Path) -> N
         Outbox(tmp_path).entries()
 
 
+@pytest.mark.rule6
 def test_abandoned_staging_is_removed_once_quiet_for_the_window(tmp_path: Path) -> None:
     old = stage(tmp_path, "died-an-hour-ago")
     running = stage(tmp_path, "still-writing")
