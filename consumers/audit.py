@@ -38,6 +38,7 @@ from acidclean.schemas.events import (
     Event,
     VacuumCommitted,
 )
+from acidclean.shared.acid.partition_names import may_be_same_partition
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import RawRecord, raw_record
@@ -343,7 +344,7 @@ def select(
         row
         for row in rows
         if (table is None or row.table == table)
-        and (partition is None or row.partition == partition)
+        and (partition is None or may_be_same_partition(row.partition, partition))
         and (since is None or (row.vacuum_time or row.last_event_at) >= since)
     ]
 

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal
 
 from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, DeltaCommitted, VacuumCommitted
+from acidclean.shared.acid.partition_names import may_be_same_partition
 
 MarkKind = Literal["vacuum", "wait", "cleanup"]
 TimelineEvent = DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupStarted | CleanupDone
@@ -43,9 +44,11 @@ def is_delta_directory(name: str) -> bool:
 
 
 def _matches(event: TimelineEvent, table: str, partition: str | None) -> bool:
+    """The event is of ``table`` and of ``partition`` in any spelling (events carry the metastore's
+    escaped name; an operator may type it unescaped)."""
     if isinstance(event, DelayEnvelope):
-        return event.vacuum.table == table and event.vacuum.partition == partition
-    return event.table == table and event.partition == partition
+        event = event.vacuum
+    return event.table == table and may_be_same_partition(event.partition, partition)
 
 
 def _event_time(event: TimelineEvent) -> datetime:

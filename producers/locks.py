@@ -3,7 +3,9 @@
 The vacuum snapshots the locks on the table or partition right after its rename (DESIGN.md section
 7, rule 2): every reader that may still use the old directories holds one of them, because readers
 lock before they list. For a partition, table-level locks count too: a reader of the whole table
-may be reading this partition.
+may be reading this partition. Partition names are compared as Hive names partitions, not as
+strings: Hive and Trino lock ``city=St. John%27s%232`` (Hive 3 stores it lower-cased) for the
+partition an operator types as ``city=St. John's#2``, and a lock whose name cannot be read is kept.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from datetime import datetime, timezone
 
 from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.shared.acid.partition_names import lock_covers_partition
 from acidclean.shared.errors import MetastoreError
 from acidclean.shared.metastore import LockInfo, LockRequestComponent, LockResult, Metastore
 
@@ -32,13 +35,13 @@ def snapshot_entry(lock: LockInfo) -> LockSnapshotEntry:
 
 
 def lock_snapshot(metastore: Metastore, db: str, table: str, partition: str | None) -> list[LockSnapshotEntry]:
-    """The locks held or requested on the table (for a partition: on it or on the whole table),
-    one entry per lock id."""
+    """The locks held or requested on the table (for a partition: on it, in any spelling, or on the
+    whole table), one entry per lock id."""
     entries: dict[int, LockSnapshotEntry] = {}
     for lock in metastore.show_locks(db, table):
         if (lock.table or "").lower() != table.lower() or lock.db.lower() != db.lower():
             continue  # matched case-insensitively (HIVE-23044 missed readers by case)
-        if partition is not None and lock.partition not in (None, partition):
+        if not lock_covers_partition(lock.partition, partition):
             continue
         entries.setdefault(lock.lock_id, snapshot_entry(lock))
     return [entries[lock_id] for lock_id in sorted(entries)]

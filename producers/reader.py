@@ -59,8 +59,9 @@ def locked_read(
     txn_id = metastore.open_txn()
     committed = False
     try:
+        # The metastore's own (escaped) partition name, as Hive and Trino lock it.
         component = LockRequestComponent(
-            db, table, partition, lock_type=LockType.SHARED_READ, operation=Operation.SELECT
+            db, table, info.partition, lock_type=LockType.SHARED_READ, operation=Operation.SELECT
         )
         lock = acquire_lock(metastore, [component], txn_id, timeout_s=lock_timeout_s)
         # Only now: the snapshot and the listing.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlparse
+from urllib.parse import quote
 
 import pyarrow.fs as pafs
 
@@ -140,13 +140,19 @@ class StorageLocation:
 
 
 def normalise_uri(uri: str) -> str:
-    """Hive writes local locations as ``file:/path``; pyarrow wants ``file:///path``."""
-    parsed = urlparse(uri)
-    if parsed.scheme == "file" and not uri.startswith("file://"):
-        return "file://" + parsed.path
-    if parsed.scheme == "s3a":
-        return "s3" + uri[3:]
-    return uri
+    """A metastore location as the URI pyarrow wants. Hive writes Hadoop ``Path`` strings: local
+    locations as ``file:/path``, and paths not percent-encoded: the directory of the partition
+    ``city=St. John's#2`` is literally ``city=St. John%27s%232``, spaces and ``%`` included. pyarrow
+    wants ``file:///path`` and decodes ``%XX``, so the path is percent-encoded here."""
+    scheme, _, rest = uri.partition(":")
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        path = slash + path
+    else:
+        authority, path = "", rest
+    if scheme.lower() == "s3a":
+        scheme = "s3"
+    return f"{scheme}://{authority}{quote(path, safe='/')}"
 
 
 def open_location(uri: str) -> StorageLocation:

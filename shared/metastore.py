@@ -29,6 +29,7 @@ from thrift.Thrift import TApplicationException, TException
 from thrift.transport import TSocket, TTransport
 
 from acidclean.shared.acid.id_lists import MetastoreKind
+from acidclean.shared.acid.partition_names import make_partition_name, value_readings
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
 
 T = TypeVar("T")
@@ -92,7 +93,7 @@ class TableInfo:
     bucket_columns: tuple[str, ...]
     bucket_count: int
     columns: tuple[tuple[str, str], ...]
-    partition: str | None = None
+    partition: str | None = None  # the metastore's own (escaped) name of the partition
 
     @property
     def transactional(self) -> bool:
@@ -163,11 +164,12 @@ def parse_metastore_uris(uris: str) -> list[tuple[str, int]]:
 
 
 def partition_name(spec: str | dict[str, str] | None) -> str | None:
-    """A partition as Hive names it (``k=v/k2=v2``), from that form or a dict."""
+    """A partition spelled ``k=v/k2=v2`` (escaped or not: :meth:`HiveMetastore.get_table` resolves
+    it), or Hive's escaped name of a dict of raw values."""
     if spec is None or spec == "":
         return None
     if isinstance(spec, dict):
-        return "/".join(f"{key}={value}" for key, value in spec.items())
+        return make_partition_name(list(spec), list(spec.values()))
     for part in spec.split("/"):
         if "=" not in part or part.startswith("="):
             raise MetastoreError(f"partition {spec!r} is not of the form k=v/k2=v2")
@@ -326,45 +328,80 @@ class HiveMetastore:
         return self.get_table(db, table)
 
     def add_partition(self, db: str, table: str, partition: str) -> str:
-        """Add a partition (``k=v/k2=v2``) unless it exists; returns its location."""
-        name = partition_name(partition)
-        assert name is not None
+        """Add a partition unless it exists (in any spelling :meth:`get_table` accepts); returns its
+        location. A new partition's values are ``partition`` read as Hive reads a partition name
+        (``city=St. John%27s%232``; without escapes, the values as typed: ``city=a/b`` is ``a/b``)."""
         try:
-            self._call(
-                f"append_partition_by_name({db}.{table}/{name})",
-                lambda c: c.append_partition_by_name(db, table, name),
-            )
+            return self.get_table(db, table, partition).location
+        except TableNotFoundError:
+            pass
+        keys = self.get_table(db, table).partition_keys
+        readings = value_readings(partition, keys)
+        if not readings:
+            raise MetastoreError(f"{partition!r} is not a partition of {db}.{table} (partitioned by {list(keys)})")
+        values = list(readings[0])
+        try:
+            self._call(f"append_partition({db}.{table}/{partition})", lambda c: c.append_partition(db, table, values))
         except MetastoreError as error:
             if not isinstance(error.__cause__, ttypes.AlreadyExistsException):
                 raise
-        return self.get_table(db, table, name).location
+        return self.get_table(db, table, make_partition_name(keys, values)).location
 
     def drop_table(self, db: str, table: str, delete_data: bool = True) -> None:
         self._call(f"drop_table({db}.{table})", lambda c: c.drop_table(db, table, delete_data))
 
     def get_table(self, db: str, table: str, partition: str | None = None) -> TableInfo:
-        """The table, or one of its partitions (location of the partition, parameters of the table)."""
+        """The table, or one of its partitions (location of the partition, parameters of the table).
+        ``partition`` may be spelled escaped or not (:meth:`find_partition`); the result carries the
+        metastore's own name for it."""
         thrift_table = self._call(f"get_table({db}.{table})", lambda c: c.get_table(db, table))
         sd = thrift_table.sd
         location = sd.location or ""
+        keys = tuple(key.name for key in thrift_table.partitionKeys or [])
         name = partition_name(partition)
         if name is not None:
-            thrift_partition = self._call(
-                f"get_partition_by_name({db}.{table}/{name})",
-                lambda c: c.get_partition_by_name(db, table, name),
-            )
+            thrift_partition = self.find_partition(db, table, keys, name)
             location = thrift_partition.sd.location or ""
+            name = make_partition_name(keys, thrift_partition.values)
         return TableInfo(
             db=thrift_table.dbName,
             table=thrift_table.tableName,
             location=location,
             parameters=dict(thrift_table.parameters or {}),
-            partition_keys=tuple(key.name for key in thrift_table.partitionKeys or []),
+            partition_keys=keys,
             bucket_columns=tuple(sd.bucketCols or []),
             bucket_count=int(sd.numBuckets or -1),
             columns=tuple((column.name, column.type) for column in sd.cols or []),
             partition=name,
         )
+
+    def find_partition(self, db: str, table: str, keys: Sequence[str], spelling: str) -> Any:
+        """The thrift partition ``spelling`` names: read as an escaped name first
+        (``city=St. John%27s%232``), then as values typed as they are (``city=St. John's#2``,
+        ``city=a/b``), keys without case. The metastore's own name wins; two partitions that both fit
+        another spelling are refused, naming both."""
+        found: dict[str, Any] = {}
+        for values in value_readings(spelling, keys):
+            try:
+                candidate = self._get_partition(db, table, list(values))
+            except TableNotFoundError:
+                continue
+            name = make_partition_name(keys, candidate.values)
+            if name == spelling:
+                return candidate
+            found.setdefault(name, candidate)
+        if len(found) > 1:
+            raise MetastoreError(
+                f"partition {spelling!r} of {db}.{table} may mean {' or '.join(sorted(found))}: give the "
+                "metastore's name of the one you mean (as `SHOW PARTITIONS` prints it)"
+            )
+        if not found:
+            partitioned = f"partitioned by {', '.join(keys)}" if keys else "not partitioned"
+            raise TableNotFoundError(f"{db}.{table} ({partitioned}) has no partition {spelling}")
+        return next(iter(found.values()))
+
+    def _get_partition(self, db: str, table: str, values: list[str]) -> Any:
+        return self._call(f"get_partition({db}.{table}, {values})", lambda c: c.get_partition(db, table, values))
 
     def list_partitions(self, db: str, table: str) -> list[str]:
         return list(self._call(f"get_partition_names({db}.{table})", lambda c: c.get_partition_names(db, table, -1)))

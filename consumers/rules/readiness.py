@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import unquote
 
 from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.shared.acid.partition_names import lock_covers_partition
 from acidclean.shared.metastore import LockInfo, split_table_name
 
 
@@ -103,15 +103,8 @@ def locks_missing_from_snapshot(
         if lock.lock_id not in listed
         and lock.acquired_at_ms is not None
         and lock.acquired_at_ms <= limit_ms
-        and _same_partition(lock.partition, partition)
+        and lock_covers_partition(lock.partition, partition)
     )
-
-
-def _same_partition(lock_partition: str | None, partition: str | None) -> bool:
-    """A table-level lock covers every partition; otherwise the names are compared unescaped."""
-    if lock_partition is None or partition is None:
-        return True
-    return unquote(lock_partition).lower() == unquote(partition).lower()
 
 
 def table_locks(all_locks: Iterable[LockInfo], table: str) -> list[LockInfo]:

@@ -63,7 +63,20 @@ def test_listing_a_missing_directory_names_it(tmp_path: Path) -> None:
         ("file:///w/t", "file:///w/t"),
         ("s3a://bucket/w/t", "s3://bucket/w/t"),
         ("hdfs://nn:8020/w/t", "hdfs://nn:8020/w/t"),
+        # Hive's partition directories hold '%', spaces and non-ASCII as they are (Hadoop Path strings)
+        ("file:/w/t/city=St. John%27s%232", "file:///w/t/city%3DSt.%20John%2527s%25232"),
+        ("hdfs://nn:8020/w/t/city=Zürich", "hdfs://nn:8020/w/t/city%3DZ%C3%BCrich"),
     ],
 )
 def test_hive_location_uris_are_normalised_for_pyarrow(uri: str, expected: str) -> None:
     assert normalise_uri(uri) == expected
+
+
+def test_a_partition_directory_with_escapes_spaces_and_non_ascii_opens_as_the_metastore_names_it(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "t" / "city=St. John%27s%232" / "at=Zürich 10%3A30"
+    make_tree(directory)
+    location = open_location(f"file:{directory}")
+    assert location.path == str(directory)
+    assert "delta_1_1" in {entry.name for entry in location.fs.list_dir(location.path)}
