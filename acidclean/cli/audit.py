@@ -119,7 +119,7 @@ def render_json(rows: Sequence[AuditRow]) -> str:
 
 @click.command()
 @click.argument("table", required=False, metavar="[DB.TABLE]")
-@click.option("--partition", help="Only this partition, as k=v/k2=v2.")
+@click.option("--partition", help="Only this partition, as k=v/k2=v2 (escaped or with the values as they are).")
 @click.option("--since", "since_text", metavar="TIME", help="Only vacuums since TIME (ISO 8601, or an age: 2h, 7d).")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option(

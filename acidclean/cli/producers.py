@@ -28,6 +28,11 @@ config_option = click.option(
     "--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Settings file."
 )
 
+PARTITION_SPELLING = (
+    ": escaped, as SHOW PARTITIONS prints it (city=St. John%27s%232), or with its values as they are "
+    "(city=St. John's#2)."
+)
+
 
 def _settings(config_file: Path | None) -> Settings:
     return load_settings(config_file)
@@ -65,7 +70,7 @@ def _outcome_line(outcome: PublishOutcome) -> str:
 
 @click.command()
 @click.argument("table", metavar="DB.TABLE")
-@click.option("--partition", metavar="K=V[/K2=V2]", help="Vacuum one partition.")
+@click.option("--partition", metavar="K=V[/K2=V2]", help="Vacuum one partition" + PARTITION_SPELLING)
 @click.option("--full", is_flag=True, help="MAJOR vacuum (VACUUM TABLE t FULL): base and deltas into base_N.")
 @click.option("--dry-run", is_flag=True, help="Print what would be compacted into what; write nothing.")
 @click.option("--master", help="Spark master (default: spark-submit's, else local[*]).")
@@ -227,7 +232,7 @@ def ingest(
 
 @click.command()
 @click.argument("table", metavar="DB.TABLE")
-@click.option("--partition", metavar="K=V[/K2=V2]", help="Read one partition.")
+@click.option("--partition", metavar="K=V[/K2=V2]", help="Read one partition" + PARTITION_SPELLING)
 @click.option("--hold", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Seconds to keep the read lock after reading.")
 @click.option("--count", "count_only", is_flag=True, help="Print only the number of rows.")
