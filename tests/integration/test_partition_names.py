@@ -8,18 +8,17 @@ Partitions are created with their raw values and Hive's own names come from the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from cleaner_support import TENANT, Watcher, running_cleaner
+from cleaner_support import Watcher, running_cleaner
 from hmsclient import hmsclient
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
-from producers_support import DB, make_settings, new_table, vacuum, write
+from producers_support import DB, new_table, vacuum, write
 
 from acidclean.consumers.rules.readiness import ready_to_clean
 from acidclean.producers.locks import lock_snapshot
@@ -157,33 +156,16 @@ def _java_list(jvm: Any, items: list[str]) -> Any:
 
 
 @pytest.fixture
-def settings(
-    metastore: HiveMetastore, metastore_uri: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
-) -> Settings:
+def table_location(metastore: HiveMetastore, unique_name: str) -> Path:
+    """The conftest's table, partitioned by two keys (its settings and watcher come with it)."""
     new_table(metastore, unique_name, partitioned_by=[("city", "string"), ("at", "string")])
-    location = metastore.get_table(DB, unique_name).location.removeprefix("file:")
-    return make_settings(
-        metastore_uri,
-        kafka_bootstrap,
-        unique_name,
-        tmp_path,
-        tenant=TENANT,
-        allowed_roots={TENANT: [str(Path(location).parent)]},
-        group_id=f"{unique_name}-cleaner",
-        cleanup_interval_ms=300,
-    )
-
-
-@pytest.fixture
-def watcher(settings: Settings) -> Iterator[Watcher]:
-    watching = Watcher(settings)
-    yield watching
-    watching.close()
+    return Path(metastore.get_table(DB, unique_name).location.removeprefix("file:"))
 
 
 def test_the_vacuum_of_a_partition_typed_unescaped_snapshots_a_hive_reader_and_the_cleanup_waits_for_it(
-    metastore: HiveMetastore, settings: Settings, watcher: Watcher, spark: Any, unique_name: str
+    metastore: HiveMetastore, table_settings: Settings, table_watcher: Watcher, spark: Any, unique_name: str
 ) -> None:
+    settings, watcher = table_settings, table_watcher
     typed = "city=St. John's#2/at=2026-01-01 10:30"
     write(metastore, unique_name, rows=20, commits=3, partition=typed)
     name = hive_name(metastore, unique_name)
