@@ -30,6 +30,12 @@ ACID events (:mod:`.events`)
     column names of the event schema, operations, ``encode_bucket_property`` /
     ``decode_bucket_property`` (BucketCodec V1).
 
+Partition names (:mod:`.partition_names`, imported explicitly)
+    Hive's ``escape_path_name`` / ``unescape_path_name`` (FileUtils), ``make_partition_name`` /
+    ``parse_partition_name`` (Warehouse), ``canonical_partition_name``, ``value_readings`` (what an
+    operator's spelling may mean), ``lock_covers_partition`` (a lock in any spelling or case; in
+    doubt, yes) and ``may_be_same_partition`` (filters).
+
 Storage, imported explicitly:
     :mod:`acidclean.shared.acid.reader`: ``list_table_dir(fs, dir) -> Listing``,
     ``read_snapshot(fs, dir, valid_ids, columns=None, with_row_id=False, bucket=None, ...) ->
