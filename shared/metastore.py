@@ -170,9 +170,9 @@ def partition_name(spec: str | dict[str, str] | None) -> str | None:
         return None
     if isinstance(spec, dict):
         return make_partition_name(list(spec), list(spec.values()))
-    for part in spec.split("/"):
-        if "=" not in part or part.startswith("="):
-            raise MetastoreError(f"partition {spec!r} is not of the form k=v/k2=v2")
+    # Only the first key is checked here: a value typed as it is may hold '/' (city=a/b).
+    if "=" not in spec.split("/")[0] or spec.startswith("="):
+        raise MetastoreError(f"partition {spec!r} is not of the form k=v/k2=v2")
     return spec
 
 

@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.metastore]  # CI runs these o
 VALUES = {
     "quote-hash": "St. John's#2",
     "slash-equals-colon": "a/b=c:d",
+    "slash": "x/y",
     "percent-space": "50% off",
     "non-ascii": "Zürich Straße",
     "literal-escape": "x%41y",  # raw '%41': Hive names it x%2541y
