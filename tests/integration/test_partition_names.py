@@ -29,6 +29,7 @@ from acidclean.shared.acid.partition_names import (
     parse_partition_name,
     unescape_path_name,
 )
+from acidclean.shared.errors import MetastoreError
 from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import HiveMetastore, LockRequestComponent, LockType, Operation
 from acidclean.shared.settings import Settings
@@ -121,6 +122,19 @@ def test_a_lock_on_another_partition_stays_out_of_the_snapshot_and_a_table_lock_
         assert other_lock != table_lock and mine != other
     finally:
         metastore.abort_txn(txn)
+
+
+def test_a_spelling_that_fits_two_partitions_is_refused_naming_both_and_their_own_names_resolve(
+    metastore: HiveMetastore, metastore_uri: str, unique_name: str
+) -> None:
+    new_table(metastore, unique_name, partitioned_by=[("city", "string")])
+    for value in ("xAy", "x%41y"):  # 'city=x%41y' reads as xAy escaped, and as x%41y typed
+        add_partition_as_hive(metastore_uri, unique_name, [value])
+    table = f"{DB}.{unique_name}"
+    with pytest.raises(MetastoreError, match=r"may mean city=x%2541y or city=xAy: give the metastore's name"):
+        lookup_table(metastore, table, "city=x%41y")
+    assert lookup_table(metastore, table, "city=x%2541y").partition == "city=x%2541y"  # Hive's name wins
+    assert lookup_table(metastore, table, "city=xAy").partition == "city=xAy"
 
 
 # -- the rules against Hive's own Java code (hive-common and hive-metastore 2.3 in the Spark wheel) -----
