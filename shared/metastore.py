@@ -496,7 +496,10 @@ class HiveMetastore:
     def show_locks(
         self, db: str | None = None, table: str | None = None, partition: str | None = None
     ) -> list[LockInfo]:
-        """Locks held or requested, optionally only those on one database, table or partition."""
+        """Locks held or requested, optionally only those on one database, table or partition. The
+        metastore matches ``partition`` as a string against the name it stored (lower-cased by Hive 3),
+        and leaves out table-level locks: to find the locks on a partition, list the table's and
+        keep those :func:`~acidclean.shared.acid.partition_names.lock_covers_partition` accepts."""
         request = ttypes.ShowLocksRequest(dbname=db, tablename=table, partname=partition_name(partition))
         response = self._call("show_locks", lambda c: c.show_locks(request))
         return [_lock_info(element) for element in response.locks or []]
