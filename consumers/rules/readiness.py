@@ -80,9 +80,10 @@ def open_transactions_before(
 
 
 # Clock skew between the vacuum's host (the event's time, the marker's) and the metastore's database
-# (a lock's acquired time), plus the rename itself. A reader that locks within this margin after the
-# commit is waited for too, which costs at most one reader's run of delay.
-COMMIT_MARGIN = timedelta(seconds=5)
+# (a lock's acquired time), plus the rename itself: NTP keeps hosts within milliseconds, a rename takes
+# less than a second. A reader that locks within this margin after the commit is waited for too, which
+# costs at most that one reader's run of delay.
+COMMIT_MARGIN = timedelta(seconds=2)
 
 
 def locks_missing_from_snapshot(

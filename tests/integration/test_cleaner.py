@@ -28,6 +28,7 @@ from cleaner_support import (
 )
 
 from acidclean.consumers.cleaner import CleanerOptions
+from acidclean.consumers.rules.readiness import COMMIT_MARGIN
 from acidclean.deploy.local.process import free_port
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.metastore import HiveMetastore
@@ -102,6 +103,8 @@ def test_reader_that_locked_after_the_vacuum_does_not_delay_the_cleanup(
     table = create_table(metastore, root, unique_name)
     table.commit_deltas(3)
     vacuum = table.minor_vacuum()
+    # Past the commit margin (clock skew): a reader locking within it is waited for too (rule 1).
+    time.sleep(COMMIT_MARGIN.total_seconds() + 0.5)
     late_reader = start_reader(metastore, table)  # listed after the rename: reads the new delta
     try:
         with running_cleaner(settings):
