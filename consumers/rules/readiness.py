@@ -4,9 +4,9 @@ A vacuum's event carries the locks the metastore listed right after the new dire
 (the lock snapshot). Readers lock before they list (DESIGN.md section 7, rule 2), so a reader that is
 not in the snapshot listed after the rename and reads the new directory: only snapshot locks matter,
 and a reader that locked after the vacuum (and after the clock margin) never delays the cleanup. A
-snapshot lock counts as held
-as long as ``show_locks`` lists its id, in any state (ACQUIRED, WAITING...). Lock ids are global in a
-metastore and never reused, so matching on the id alone is exact.
+snapshot lock counts as held as long as ``show_locks`` lists its id, in any state (ACQUIRED,
+WAITING...). Lock ids are global in a metastore and never reused, so matching on the id alone is
+exact.
 
 The lock list is asked for at table level, never filtered by partition: the metastore's partition
 filter leaves out table-level locks (``hl_partition = ?`` excludes NULL), so a reader holding a
