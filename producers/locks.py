@@ -11,27 +11,12 @@ partition an operator types as ``city=St. John's#2``, and a lock whose name cann
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.shared.acid.partition_names import lock_covers_partition
 from acidclean.shared.errors import MetastoreError
-from acidclean.shared.metastore import LockInfo, LockRequestComponent, LockResult, Metastore
-
-
-def snapshot_entry(lock: LockInfo) -> LockSnapshotEntry:
-    acquired = None
-    if lock.acquired_at_ms:
-        acquired = datetime.fromtimestamp(lock.acquired_at_ms / 1000, tz=timezone.utc)
-    return LockSnapshotEntry(
-        lock_id=lock.lock_id,
-        txn_id=lock.txn_id or None,
-        lock_type=lock.lock_type,
-        state=lock.state,
-        user=lock.user,
-        host=lock.host,
-        acquired_at=acquired,
-    )
+from acidclean.shared.lock_entries import snapshot_entry
+from acidclean.shared.metastore import LockRequestComponent, LockResult, Metastore
 
 
 def lock_snapshot(metastore: Metastore, db: str, table: str, partition: str | None) -> list[LockSnapshotEntry]:

@@ -29,7 +29,6 @@ import pyarrow.fs as pafs
 from confluent_kafka import Consumer, TopicPartition
 
 from acidclean.consumers.cleaner import Cleaner, CleanerOptions
-from acidclean.producers.locks import snapshot_entry
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import (
     CleanupDone,
@@ -47,6 +46,7 @@ from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.lock_entries import snapshot_entry
 from acidclean.shared.metastore import HiveMetastore, LockRequestComponent
 from acidclean.shared.settings import Settings, load_settings
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker

@@ -280,7 +280,7 @@ class CleanerHistories(RuleBasedStateMachine):
 
 
 def _entry(lock: LockInfo):  # type: ignore[no-untyped-def]
-    from acidclean.producers.locks import snapshot_entry
+    from acidclean.shared.lock_entries import snapshot_entry
 
     return snapshot_entry(lock)
 
