@@ -16,6 +16,7 @@ decodes ``%XX`` one character at a time, as Hive does (``%C3%A9`` is two charact
 from __future__ import annotations
 
 import contextlib
+import functools
 import unicodedata
 from collections.abc import Sequence
 
@@ -165,38 +166,44 @@ def _raw_readings(spelling: str, keys: Sequence[str]) -> list[tuple[str, ...]]:
     return readings
 
 
-def _readings(name: str, keys: Sequence[Sequence[str]]) -> set[str]:
+@functools.lru_cache(maxsize=4096)  # one table's few partition names come back for every lock and event
+def _readings(name: str, key_lists: tuple[tuple[str, ...], ...]) -> frozenset[str]:
     """The canonical names ``name`` may stand for: as an escaped name, and as typed values for each
-    key list of ``keys``."""
+    of ``key_lists``."""
     names = set()
     with contextlib.suppress(PartitionNameError):
         names.add(canonical_partition_name(name))
-    for key_list in keys:
-        for values in value_readings(name, key_list):
-            names.add(make_partition_name(key_list, values))
-    return names
+    for keys in key_lists:
+        for values in value_readings(name, keys):
+            names.add(make_partition_name(keys, values))
+    return frozenset(names)
 
 
-def _keys(name: str) -> list[str]:
+@functools.lru_cache(maxsize=4096)
+def _parsed_keys(name: str) -> tuple[str, ...] | None:
+    """The keys of ``name`` read as an escaped name, or None when it is not one."""
     try:
-        return [key for key, _ in parse_partition_name(name)]
+        return tuple(key for key, _ in parse_partition_name(name))
     except PartitionNameError:
-        return []
+        return None
+
+
+def _key_lists(*names: str) -> tuple[tuple[str, ...], ...]:
+    return tuple(dict.fromkeys(keys for keys in map(_parsed_keys, names) if keys))
 
 
 def lock_covers_partition(lock_partition: str | None, partition: str | None) -> bool:
     """Whether a lock on ``lock_partition`` (None: the whole table) may protect a reader of
     ``partition`` (None: the whole table). Both names may be spelled escaped or not and in any
-    case (Hive 3 lower-cases lock names). When in doubt (a name that cannot be read) the answer is
-    yes: the caller then waits for a lock it did not need to, never the other way round."""
-    if lock_partition is None or partition is None:
+    case (Hive 3 lower-cases lock names). When in doubt (a name that is not a partition name) the
+    answer is yes: the caller then waits for a lock it did not need to, never the other way round."""
+    if lock_partition is None or partition is None or lock_partition == partition:
         return True
-    keys = [found for found in (_keys(lock_partition), _keys(partition)) if found]
-    lock_names = {_fold(name) for name in _readings(lock_partition, keys)}
-    names = {_fold(name) for name in _readings(partition, keys)}
-    if not lock_names or not names:
+    if _parsed_keys(lock_partition) is None or _parsed_keys(partition) is None:
         return True
-    return not lock_names.isdisjoint(names)
+    key_lists = _key_lists(lock_partition, partition)
+    lock_names = {_fold(name) for name in _readings(lock_partition, key_lists)}
+    return not lock_names.isdisjoint(_fold(name) for name in _readings(partition, key_lists))
 
 
 def _fold(name: str) -> str:
@@ -211,10 +218,7 @@ def may_be_same_partition(first: str | None, second: str | None) -> bool:
     """Whether two spellings may name one partition (each read escaped or as typed; keys without
     case, values with case, as the metastore compares them): for filters on what an operator typed.
     Names that cannot be read compare as they are."""
-    if first is None or second is None:
-        return first is second
-    keys = [found for found in (_keys(first), _keys(second)) if found]
-    first_names, second_names = _readings(first, keys), _readings(second, keys)
-    if not first_names or not second_names:
+    if first is None or second is None or first == second:
         return first == second
-    return not first_names.isdisjoint(second_names)
+    key_lists = _key_lists(first, second)
+    return not _readings(first, key_lists).isdisjoint(_readings(second, key_lists))

@@ -168,6 +168,7 @@ def test_a_lock_taken_the_way_hive_takes_it_covers_its_partition_however_it_is_s
         (None, "city=St. John's#2"),  # a table lock covers every partition
         ("city=x", None),
         ("not a name", "city=x"),  # a name that cannot be read: in doubt, it counts
+        ("city=a//b", "city=x"),  # not an escaped name, even if it reads as typed values
         ("city=x", "not a name"),
     ],
 )
