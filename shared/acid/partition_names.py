@@ -155,14 +155,11 @@ def _raw_readings(spelling: str, keys: Sequence[str]) -> list[tuple[str, ...]]:
     rest = spelling[len(prefix) :]
     if len(keys) == 1:
         return [(rest,)]
-    separator = f"/{keys[1]}="
-    folded = rest.lower()
     readings = []
-    start = folded.find(separator)
-    while start != -1:
-        for tail in _raw_readings(rest[start + 1 :], keys[1:]):
-            readings.append((rest[:start], *tail))
-        start = folded.find(separator, start + 1)
+    for start, char in enumerate(rest):
+        if char == "/":  # where the next key may start (compared without case, slice by slice)
+            for tail in _raw_readings(rest[start + 1 :], keys[1:]):
+                readings.append((rest[:start], *tail))
     return readings
 
 

@@ -120,6 +120,7 @@ def test_a_spelling_reads_as_an_escaped_name_first_and_then_as_typed_values() ->
     assert value_readings("city=a/b=c:d", ["city"]) == (("a/b=c:d",),)  # '/' and '=' only as typed
     assert value_readings("city=a/at=b/at=c", ["city", "at"]) == (("a", "b/at=c"), ("a/at=b", "c"))
     assert value_readings("CITY=x/AT=y", ["city", "at"]) == (("x", "y"),)
+    assert value_readings("city=\u0130/x/at=y", ["city", "at"]) == (("\u0130/x", "y"),)  # lower() adds a char
     assert value_readings("city=", ["city"]) == ((DEFAULT_PARTITION_NAME,),)
     assert value_readings("ds=1", ["city"]) == ()
     assert value_readings("city=1", []) == ()
