@@ -49,7 +49,7 @@ from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import ConfigurationError, UnsafePathError
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 LOGGER = logging.getLogger("acidclean.cleaner")

@@ -35,15 +35,8 @@ from acidclean.shared.acid.writer import delete_events, insert_events, write_aci
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.errors import AcidCleanError, ConfigurationError, TableNotFoundError
 from acidclean.shared.filesystem import StorageLocation, open_location
-from acidclean.shared.metastore import (
-    HiveMetastore,
-    LockRequestComponent,
-    LockType,
-    Metastore,
-    Operation,
-    TableInfo,
-    partition_name,
-)
+from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.metastore import LockRequestComponent, LockType, Metastore, Operation, TableInfo, partition_name
 
 STATEMENT_ID = 0
 

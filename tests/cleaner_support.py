@@ -46,8 +46,9 @@ from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.lock_entries import snapshot_entry
-from acidclean.shared.metastore import HiveMetastore, LockRequestComponent
+from acidclean.shared.metastore import LockRequestComponent
 from acidclean.shared.settings import Settings, load_settings
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from acidclean.deploy.local.provision import Services, provide_services
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 
 # Tests and benchmarks send traffic only to 127.0.0.1: every Spark they start binds to loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

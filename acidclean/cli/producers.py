@@ -18,7 +18,8 @@ import click
 
 from acidclean.producers.plan import CompactionType, describe_plan, format_bytes
 from acidclean.producers.publish import PublishOutcome
-from acidclean.shared.metastore import HiveMetastore, split_table_name
+from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.metastore import split_table_name
 from acidclean.shared.settings import Settings, load_settings
 
 EXIT_NOT_PUBLISHED = 3

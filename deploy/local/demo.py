@@ -31,7 +31,7 @@ from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope
 from acidclean.shared.bus import decode, ensure_topics, raw_record
 from acidclean.shared.errors import AcidCleanError
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings, load_settings
 
 Say = Callable[[str], None]

@@ -44,7 +44,7 @@ from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import cleaner_ids
 from acidclean.shared.bus.codec import header_due_at_ms
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = pytest.mark.bench
 

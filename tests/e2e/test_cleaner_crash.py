@@ -22,7 +22,7 @@ from cleaner_support import (
 )
 
 from acidclean.consumers.audit import read_audit
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = [pytest.mark.integration, pytest.mark.rule5]
 

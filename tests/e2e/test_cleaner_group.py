@@ -18,7 +18,7 @@ from cleaner_support import (
     start_reader,
 )
 
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
 

@@ -33,7 +33,7 @@ from acidclean.deploy.local.process import stop_process
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.errors import VacuumRefusedError
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from cleaner_support import TENANT, Watcher
 from producers_support import DB, make_settings, new_table
 
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 

@@ -31,7 +31,7 @@ from acidclean.consumers.cleaner import CleanerOptions
 from acidclean.consumers.rules.readiness import COMMIT_MARGIN
 from acidclean.deploy.local.process import free_port
 from acidclean.shared.acid.names import delta_name
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 pytestmark = pytest.mark.integration

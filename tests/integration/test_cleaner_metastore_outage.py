@@ -18,7 +18,7 @@ from cleaner_support import Watcher, cleaner_settings, create_table, publish, ru
 import acidclean.deploy.local.metastore as local_metastore
 from acidclean.deploy.local.process import free_port, stop_process
 from acidclean.shared.errors import StackError
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = [pytest.mark.integration, pytest.mark.rule1]
 OUTAGE_S = 30.0

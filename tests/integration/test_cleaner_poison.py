@@ -30,7 +30,7 @@ from acidclean.consumers.cleaner import Cleaner, cleaner_group_id
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
 from acidclean.shared.filesystem import StorageError, open_location
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.rule5]

@@ -16,7 +16,7 @@ from producers_support import DB, directories, snapshot, vacuum, write
 
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.names import base_name, delta_name
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.rule3]

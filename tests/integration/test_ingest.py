@@ -19,7 +19,7 @@ from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration
 

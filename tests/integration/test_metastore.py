@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
-from acidclean.shared.metastore import (
-    HiveMetastore,
-    LockRequestComponent,
-    LockType,
-    MetastoreKind,
-    Operation,
-)
+from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.metastore import LockRequestComponent, LockType, MetastoreKind, Operation
 
 pytestmark = pytest.mark.metastore
 

@@ -31,7 +31,8 @@ from acidclean.shared.acid.partition_names import (
 )
 from acidclean.shared.errors import MetastoreError
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore, LockRequestComponent, LockType, Operation
+from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.metastore import LockRequestComponent, LockType, Operation
 from acidclean.shared.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.metastore]  # CI runs these on Hive 3 too

@@ -17,7 +17,8 @@ from acidclean.producers.reader import LockedRead, locked_read
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.writer import insert_events, write_acid_version_file
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore, LockRequestComponent, LockType, Operation
+from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.metastore import LockRequestComponent, LockType, Operation
 
 pytestmark = pytest.mark.integration
 

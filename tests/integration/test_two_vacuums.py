@@ -18,7 +18,7 @@ from producers_support import DB, directories, vacuum, write
 from acidclean.consumers.rules.readiness import COMMIT_MARGIN
 from acidclean.producers.reader import locked_read
 from acidclean.shared.acid.names import base_name, delta_name
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.rule1, pytest.mark.rule3]

@@ -37,7 +37,7 @@ from acidclean.producers.reader import locked_read
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.errors import VacuumError, VacuumRefusedError
 from acidclean.shared.filesystem import open_location
-from acidclean.shared.metastore import HiveMetastore
+from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,404 @@
+"""The Hive Metastore over Thrift (hmsclient): tables, transactions, write ids, locks.
+
+It speaks to Hive 2.3 metastores (deltas named by transaction id) and Hive 3+ metastores (deltas
+named by per-table write id) alike, detects which one it talks to, and hides the difference behind
+:class:`~acidclean.shared.metastore.Metastore`:
+on Hive 2 the "write id" of a transaction is its transaction id and the valid
+id list is built from the open and aborted transactions.
+
+Every lock component sets ``operationType`` and ``isTransactional`` (``isAcid`` on the wire), which
+the metastore requires of a lock taken inside a transaction. Calls are serialised per client (Thrift
+clients are not thread-safe) and a broken connection is reopened once before a call fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+from hmsclient import hmsclient
+from hmsclient.genthrift.hive_metastore import ttypes
+from thrift.protocol import TBinaryProtocol
+from thrift.Thrift import TApplicationException, TException
+from thrift.transport import TSocket, TTransport
+
+from acidclean.shared.acid.id_lists import MetastoreKind
+from acidclean.shared.acid.partition_names import make_partition_name, value_readings
+from acidclean.shared.errors import MetastoreError, TableNotFoundError
+from acidclean.shared.metastore import (
+    NO_MIN_OPEN,
+    LockInfo,
+    LockRequestComponent,
+    LockResult,
+    TableInfo,
+    parse_metastore_uris,
+    partition_name,
+)
+
+T = TypeVar("T")
+
+ORC_SERDE = "org.apache.hadoop.hive.ql.io.orc.OrcSerde"
+ORC_INPUT = "org.apache.hadoop.hive.ql.io.orc.OrcInputFormat"
+ORC_OUTPUT = "org.apache.hadoop.hive.ql.io.orc.OrcOutputFormat"
+
+
+class HiveMetastore:
+    """A :class:`Metastore` over hmsclient. Safe to share between threads."""
+
+    def __init__(self, uris: str, timeout_s: float = 10.0, user: str | None = None) -> None:
+        self._endpoints = parse_metastore_uris(uris)
+        self._timeout_s = timeout_s
+        self._client: Any = None  # an open hmsclient.HMSClient, or None
+        self._guard = threading.Lock()
+        self.user = user or getpass.getuser()
+        self.hostname = socket.gethostname()
+        self._kind: MetastoreKind | None = None
+
+    # connection handling -------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        errors = []
+        for host, port in self._endpoints:
+            sock = TSocket.TSocket(host, port)
+            sock.setTimeout(int(self._timeout_s * 1000))
+            transport = TTransport.TBufferedTransport(sock)
+            protocol = TBinaryProtocol.TBinaryProtocol(transport)
+            try:
+                transport.open()
+            except TException as error:
+                errors.append(f"{host}:{port}: {error}")
+                continue
+            return hmsclient.HMSClient(iprot=protocol)
+        raise MetastoreError(
+            "cannot reach the Hive Metastore at " + ", ".join(f"thrift://{h}:{p}" for h, p in self._endpoints)
+            + f" ({'; '.join(errors)}); check hive.metastore.uris and that the metastore runs"
+        )
+
+    def _call(self, what: str, operation: Callable[[Any], T]) -> T:
+        with self._guard:
+            for attempt in (1, 2):
+                if self._client is None:
+                    self._client = self._connect()
+                try:
+                    return operation(self._client)
+                except (TTransport.TTransportException, OSError, EOFError) as error:
+                    self._drop_connection()
+                    if attempt == 2:
+                        raise MetastoreError(f"metastore call {what} failed: {error}") from error
+                except ttypes.NoSuchObjectException as error:
+                    raise TableNotFoundError(f"{what}: {error.message}") from error
+                except TApplicationException as error:
+                    raise MetastoreError(f"metastore refused {what}: {error.message}") from error
+                except TException as error:
+                    message = getattr(error, "message", None) or str(error)
+                    raise MetastoreError(f"metastore refused {what}: {message}") from error
+        raise AssertionError("unreachable")
+
+    def _drop_connection(self) -> None:
+        if self._client is not None:
+            # Closing a broken socket may fail in many ways; it is gone either way.
+            with contextlib.suppress(Exception):
+                self._client._oprot.trans.close()
+            self._client = None
+
+    def close(self) -> None:
+        with self._guard:
+            self._drop_connection()
+
+    def __enter__(self) -> HiveMetastore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # kind -----------------------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> MetastoreKind:
+        """Hive 2 or Hive 3+, found out once: catalogs came with Hive 3 (``getVersion`` says 3.0 on both)."""
+        if self._kind is None:
+            try:
+                self._call("get_catalogs", lambda c: c.get_catalogs())
+                self._kind = MetastoreKind.HIVE3
+            except MetastoreError as error:
+                cause = error.__cause__
+                if isinstance(cause, TApplicationException) and cause.type == TApplicationException.UNKNOWN_METHOD:
+                    self._kind = MetastoreKind.HIVE2
+                else:
+                    raise
+        return self._kind
+
+    def describe(self) -> str:
+        host, port = self._endpoints[0]
+        names = {MetastoreKind.HIVE2: "Hive 2 (transaction ids)", MetastoreKind.HIVE3: "Hive 3+ (write ids)"}
+        return f"thrift://{host}:{port}: {names[self.kind]}"
+
+    # catalog --------------------------------------------------------------------------------------
+
+    def get_all_databases(self) -> list[str]:
+        return list(self._call("get_all_databases", lambda c: c.get_all_databases()))
+
+    def create_database(self, db: str, location: str | None = None) -> None:
+        """Create ``db`` unless it exists."""
+        database = ttypes.Database(name=db, description="", locationUri=location, parameters={})
+        try:
+            self._call(f"create_database({db})", lambda c: c.create_database(database))
+        except MetastoreError as error:
+            if not isinstance(error.__cause__, ttypes.AlreadyExistsException):
+                raise
+
+    def create_transactional_table(
+        self,
+        db: str,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        buckets: int = 1,
+        bucket_columns: Sequence[str] | None = None,
+        partition_keys: Sequence[tuple[str, str]] = (),
+        location: str | None = None,
+        orc_compress: str = "ZLIB",
+    ) -> TableInfo:
+        """Create a bucketed, transactional ORC table (``transactional=true``)."""
+        cols = [ttypes.FieldSchema(name=n, type=t, comment=None) for n, t in columns]
+        bucket_cols = list(bucket_columns or [columns[0][0]])
+        storage = ttypes.StorageDescriptor(
+            cols=cols,
+            location=location,
+            inputFormat=ORC_INPUT,
+            outputFormat=ORC_OUTPUT,
+            compressed=False,
+            numBuckets=buckets,
+            serdeInfo=ttypes.SerDeInfo(name=table, serializationLib=ORC_SERDE, parameters={}),
+            bucketCols=bucket_cols,
+            sortCols=[],
+            parameters={},
+        )
+        definition = ttypes.Table(
+            tableName=table,
+            dbName=db,
+            owner=self.user,
+            sd=storage,
+            partitionKeys=[ttypes.FieldSchema(name=n, type=t, comment=None) for n, t in partition_keys],
+            parameters={"transactional": "true", "orc.compress": orc_compress},
+            tableType="MANAGED_TABLE",
+        )
+        self._call(f"create_table({db}.{table})", lambda c: c.create_table(definition))
+        return self.get_table(db, table)
+
+    def add_partition(self, db: str, table: str, partition: str) -> str:
+        """Add a partition unless it exists (in any spelling :meth:`get_table` accepts); returns its
+        location. A new partition's values are ``partition`` read as Hive reads a partition name
+        (``city=St. John%27s%232``; without escapes, the values as typed: ``city=a/b`` is ``a/b``)."""
+        try:
+            return self.get_table(db, table, partition).location
+        except TableNotFoundError:
+            pass
+        keys = self.get_table(db, table).partition_keys
+        readings = value_readings(partition, keys)
+        if not readings:
+            raise MetastoreError(f"{partition!r} is not a partition of {db}.{table} (partitioned by {list(keys)})")
+        values = list(readings[0])
+        try:
+            self._call(f"append_partition({db}.{table}/{partition})", lambda c: c.append_partition(db, table, values))
+        except MetastoreError as error:
+            if not isinstance(error.__cause__, ttypes.AlreadyExistsException):
+                raise
+        return self.get_table(db, table, make_partition_name(keys, values)).location
+
+    def drop_table(self, db: str, table: str, delete_data: bool = True) -> None:
+        self._call(f"drop_table({db}.{table})", lambda c: c.drop_table(db, table, delete_data))
+
+    def get_table(self, db: str, table: str, partition: str | None = None) -> TableInfo:
+        """The table, or one of its partitions (location of the partition, parameters of the table).
+        ``partition`` may be spelled escaped or not (:meth:`find_partition`); the result carries the
+        metastore's own name for it."""
+        thrift_table = self._call(f"get_table({db}.{table})", lambda c: c.get_table(db, table))
+        sd = thrift_table.sd
+        location = sd.location or ""
+        keys = tuple(key.name for key in thrift_table.partitionKeys or [])
+        name = partition_name(partition)
+        if name is not None:
+            thrift_partition = self.find_partition(db, table, keys, name)
+            location = thrift_partition.sd.location or ""
+            name = make_partition_name(keys, thrift_partition.values)
+        return TableInfo(
+            db=thrift_table.dbName,
+            table=thrift_table.tableName,
+            location=location,
+            parameters=dict(thrift_table.parameters or {}),
+            partition_keys=keys,
+            bucket_columns=tuple(sd.bucketCols or []),
+            bucket_count=int(sd.numBuckets or -1),
+            columns=tuple((column.name, column.type) for column in sd.cols or []),
+            partition=name,
+        )
+
+    def find_partition(self, db: str, table: str, keys: Sequence[str], spelling: str) -> Any:
+        """The thrift partition ``spelling`` names: read as an escaped name first
+        (``city=St. John%27s%232``), then as values typed as they are (``city=St. John's#2``,
+        ``city=a/b``), keys without case. The metastore's own name wins; two partitions that both fit
+        another spelling are refused, naming both."""
+        found: dict[str, Any] = {}
+        for values in value_readings(spelling, keys):
+            try:
+                candidate = self._get_partition(db, table, list(values))
+            except TableNotFoundError:
+                continue
+            name = make_partition_name(keys, candidate.values)
+            if name == spelling:
+                return candidate
+            found.setdefault(name, candidate)
+        if len(found) > 1:
+            raise MetastoreError(
+                f"partition {spelling!r} of {db}.{table} may mean {' or '.join(sorted(found))}: give the "
+                "metastore's name of the one you mean (as `SHOW PARTITIONS` prints it)"
+            )
+        if not found:
+            partitioned = f"partitioned by {', '.join(keys)}" if keys else "not partitioned"
+            raise TableNotFoundError(f"{db}.{table} ({partitioned}) has no partition {spelling}")
+        return next(iter(found.values()))
+
+    def _get_partition(self, db: str, table: str, values: list[str]) -> Any:
+        return self._call(f"get_partition({db}.{table}, {values})", lambda c: c.get_partition(db, table, values))
+
+    def list_partitions(self, db: str, table: str) -> list[str]:
+        return list(self._call(f"get_partition_names({db}.{table})", lambda c: c.get_partition_names(db, table, -1)))
+
+    # transactions and write ids ---------------------------------------------------------------------
+
+    def open_txn(self) -> int:
+        request = ttypes.OpenTxnRequest(num_txns=1, user=self.user, hostname=self.hostname, agentInfo="acidclean")
+        response = self._call("open_txns", lambda c: c.open_txns(request))
+        return int(response.txn_ids[0])
+
+    def commit_txn(self, txn_id: int) -> None:
+        self._call(f"commit_txn({txn_id})", lambda c: c.commit_txn(ttypes.CommitTxnRequest(txnid=txn_id)))
+
+    def abort_txn(self, txn_id: int) -> None:
+        self._call(f"abort_txn({txn_id})", lambda c: c.abort_txn(ttypes.AbortTxnRequest(txnid=txn_id)))
+
+    def heartbeat(self, txn_id: int | None = None, lock_id: int | None = None) -> None:
+        request = ttypes.HeartbeatRequest(lockid=lock_id, txnid=txn_id)
+        self._call("heartbeat", lambda c: c.heartbeat(request))
+
+    def allocate_write_id(self, txn_id: int, db: str, table: str) -> int:
+        """The write id of ``txn_id`` on the table: allocated on Hive 3+, the transaction id on Hive 2."""
+        if self.kind is MetastoreKind.HIVE2:
+            return txn_id
+        request = ttypes.AllocateTableWriteIdsRequest(dbName=db, tableName=table, txnIds=[txn_id])
+        response = self._call(
+            f"allocate_table_write_ids({db}.{table})", lambda c: c.allocate_table_write_ids(request)
+        )
+        return int(response.txnToWriteIds[0].writeId)
+
+    def valid_txn_list(self) -> str:
+        """Hive's ValidReadTxnList string ``hwm:minOpen:open,ids:aborted,ids`` of all transactions."""
+        info = self._call("get_open_txns_info", lambda c: c.get_open_txns_info())
+        open_ids = sorted(int(t.id) for t in info.open_txns or [] if t.state == ttypes.TxnState.OPEN)
+        aborted_ids = sorted(int(t.id) for t in info.open_txns or [] if t.state == ttypes.TxnState.ABORTED)
+        min_open = open_ids[0] if open_ids else NO_MIN_OPEN
+        hwm = int(info.txn_high_water_mark)
+        return f"{hwm}:{min_open}:{_ids(open_ids)}:{_ids(aborted_ids)}"
+
+    def valid_write_ids(self, db: str, table: str) -> str:
+        """The table's valid id list in Hive's string form ``db.table:hwm:minOpen:open:aborted``.
+
+        On Hive 2 the ids are transaction ids (that is what Hive 2's delta names carry).
+        """
+        full_name = f"{db}.{table}"
+        txn_list = self.valid_txn_list()
+        if self.kind is MetastoreKind.HIVE2:
+            return f"{full_name}:{txn_list}"
+        request = ttypes.GetValidWriteIdsRequest(fullTableNames=[full_name], validTxnList=txn_list)
+        response = self._call(f"get_valid_write_ids({full_name})", lambda c: c.get_valid_write_ids(request))
+        ids = response.tblValidWriteIds[0]
+        invalid = [int(i) for i in ids.invalidWriteIds or []]
+        aborted_flags = _bits(ids.abortedBits or b"", len(invalid))
+        open_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if not aborted]
+        aborted_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if aborted]
+        min_open_write_id = int(ids.minOpenWriteId) if ids.minOpenWriteId is not None else NO_MIN_OPEN
+        return (
+            f"{full_name}:{int(ids.writeIdHighWaterMark)}:{min_open_write_id}:"
+            f"{_ids(open_write_ids)}:{_ids(aborted_write_ids)}"
+        )
+
+    # locks ------------------------------------------------------------------------------------------
+
+    def lock(self, components: Sequence[LockRequestComponent], txn_id: int | None = None) -> LockResult:
+        """Request locks (all or nothing). The state may be WAITING; poll with :meth:`check_lock`."""
+        thrift_components = [
+            ttypes.LockComponent(
+                type=getattr(ttypes.LockType, component.lock_type.value),
+                level=_level(component),
+                dbname=component.db,
+                tablename=component.table,
+                partitionname=component.partition,
+                operationType=getattr(ttypes.DataOperationType, component.operation.value),
+                isTransactional=component.transactional,
+            )
+            for component in components
+        ]
+        request = ttypes.LockRequest(
+            component=thrift_components, txnid=txn_id, user=self.user, hostname=self.hostname, agentInfo="acidclean"
+        )
+        response = self._call("lock", lambda c: c.lock(request))
+        return LockResult(int(response.lockid), _state_name(response.state))
+
+    def check_lock(self, lock_id: int) -> LockResult:
+        response = self._call(f"check_lock({lock_id})", lambda c: c.check_lock(ttypes.CheckLockRequest(lockid=lock_id)))
+        return LockResult(int(response.lockid), _state_name(response.state))
+
+    def unlock(self, lock_id: int) -> None:
+        self._call(f"unlock({lock_id})", lambda c: c.unlock(ttypes.UnlockRequest(lockid=lock_id)))
+
+    def show_locks(
+        self, db: str | None = None, table: str | None = None, partition: str | None = None
+    ) -> list[LockInfo]:
+        """Locks held or requested, optionally only those on one database, table or partition. The
+        metastore matches ``partition`` as a string against the name it stored (lower-cased by Hive 3),
+        and leaves out table-level locks: to find the locks on a partition, list the table's and
+        keep those :func:`~acidclean.shared.acid.partition_names.lock_covers_partition` accepts."""
+        request = ttypes.ShowLocksRequest(dbname=db, tablename=table, partname=partition_name(partition))
+        response = self._call("show_locks", lambda c: c.show_locks(request))
+        return [_lock_info(element) for element in response.locks or []]
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+def _bits(bitset: bytes, count: int) -> list[bool]:
+    """Java BitSet.toByteArray (little-endian bit order) as booleans."""
+    return [bool(bitset[i // 8] >> (i % 8) & 1) if i // 8 < len(bitset) else False for i in range(count)]
+
+
+def _level(component: LockRequestComponent) -> int:
+    if component.partition:
+        return cast(int, ttypes.LockLevel.PARTITION)
+    if component.table:
+        return cast(int, ttypes.LockLevel.TABLE)
+    return cast(int, ttypes.LockLevel.DB)
+
+
+def _state_name(state: int) -> str:
+    return str(ttypes.LockState._VALUES_TO_NAMES.get(state, str(state)))
+
+
+def _lock_info(element: Any) -> LockInfo:
+    return LockInfo(
+        lock_id=int(element.lockid),
+        txn_id=int(element.txnid or 0),
+        db=element.dbname,
+        table=element.tablename,
+        partition=element.partname,
+        lock_type=str(ttypes.LockType._VALUES_TO_NAMES.get(element.type, str(element.type))),
+        state=_state_name(element.state),
+        user=element.user or "",
+        host=element.hostname or "",
+        acquired_at_ms=int(element.acquiredat) if element.acquiredat else None,
+        last_heartbeat_ms=int(element.lastheartbeat) if element.lastheartbeat else None,
+    )
