@@ -1,11 +1,11 @@
 """Build ACID event tables and write them as the ORC bucket files Hive reads, fast.
 
-A compaction turns rows read back with their identity (see ``shared.acid.reader.read_state``) into
+A compaction turns rows read back with their identity (see ``shared.orc.reader.read_state``) into
 ACID events again, sorted by (originalTransaction, bucket, rowId) as every ACID file is, and writes
 them with pyarrow's ORC writer (C++, columnar). The user metadata Hive's readers look at is then
 added to the file's tail (:mod:`acidclean.producers.orc_tail`): ``hive.acid.version`` = 2,
 ``hive.acid.stats`` (inserts, updates, deletes) and ``hive.acid.key.index`` (the last key of every
-stripe, which Hive's merger uses to skip stripes). ``shared.acid.writer`` writes the same layout
+stripe, which Hive's merger uses to skip stripes). ``shared.orc.writer`` writes the same layout
 through pyorc from Python tuples, which is fine for tests and far too slow for a compaction.
 """
 
@@ -30,8 +30,8 @@ from acidclean.shared.acid.events import (
     ORIGINAL_TRANSACTION,
     ROW_ID,
 )
-from acidclean.shared.acid.writer import acid_event_schema
 from acidclean.shared.errors import VacuumError
+from acidclean.shared.orc.writer import acid_event_schema
 
 ACID_STATS_METADATA_KEY = "hive.acid.stats"
 ACID_KEY_INDEX_METADATA_KEY = "hive.acid.key.index"

@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from acidclean.shared.acid.claims import superseded_by_own_output
 from acidclean.shared.acid.id_lists import MetastoreKind, compactor_ids, id_name, lowest_open_id
 from acidclean.shared.acid.names import base_name, delta_name, parse_directory_name
-from acidclean.shared.acid.reader import snapshot_files
 from acidclean.shared.acid.state import AcidState, Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidIdList, ValidTxnList
 from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError, VacuumRefusedError
+from acidclean.shared.orc.reader import snapshot_files
 
 
 class CompactionType(str, enum.Enum):

@@ -41,7 +41,6 @@ from acidclean.schemas.events import (
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.acid.writer import insert_events, write_bucket_file
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.records import raw_record
@@ -49,6 +48,7 @@ from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.lock_entries import snapshot_entry
 from acidclean.shared.metastore import LockRequestComponent
+from acidclean.shared.orc.writer import insert_events, write_bucket_file
 from acidclean.shared.settings import Settings, load_settings
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 

@@ -18,13 +18,13 @@ from acidclean.producers.publish import Publisher
 from acidclean.producers.vacuum import VacuumRequest, VacuumResult, outbox_for, run_vacuum
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.id_lists import reader_ids
-from acidclean.shared.acid.reader import read_snapshot
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.orc.reader import read_snapshot
 from acidclean.shared.settings import Settings, load_settings
 
 DB = "producers_it"

@@ -1,8 +1,8 @@
 """Hive's ACID rules: directory names, valid id lists, and which directories a snapshot reads.
 
 Everything acidclean deletes rests on :func:`acid_state`, a re-implementation of Hive's
-``AcidUtils.getAcidState``. The modules imported here are pure (no I/O, no clock); the two that touch
-storage are imported on their own, so the rules load without pyarrow.
+``AcidUtils.getAcidState``. Every module here is pure (no I/O, no clock, no pyarrow); reading and
+writing ACID ORC files is :mod:`acidclean.shared.orc`.
 
 Public API (names are stable; other parts of acidclean depend on them):
 
@@ -36,12 +36,12 @@ Partition names (:mod:`.partition_names`, imported explicitly)
     operator's spelling may mean), ``lock_covers_partition`` (a lock in any spelling or case; in
     doubt, yes) and ``may_be_same_partition`` (filters).
 
-Storage, imported explicitly:
-    :mod:`acidclean.shared.acid.reader`: ``list_table_dir(fs, dir) -> Listing``,
+Storage (:mod:`acidclean.shared.orc`, not part of this package):
+    :mod:`acidclean.shared.orc.reader`: ``list_table_dir(fs, dir) -> Listing``,
     ``read_snapshot(fs, dir, valid_ids, columns=None, with_row_id=False, bucket=None, ...) ->
     pyarrow.Table``, ``read_state``, ``read_delete_events``, ``snapshot_files``, ``bucket_ids``,
     ``read_acid_version``.
-    :mod:`acidclean.shared.acid.writer`: ``insert_events``, ``delete_events``, ``write_bucket_file``,
+    :mod:`acidclean.shared.orc.writer`: ``insert_events``, ``delete_events``, ``write_bucket_file``,
     ``write_acid_file``, ``write_acid_version_file``, ``write_original_file``.
 """
 

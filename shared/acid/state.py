@@ -5,7 +5,7 @@ the deltas to read on top of it in read order, and names what is obsolete (cover
 a wider delta), what is aborted, and which original (pre-ACID) files are still read. It is the rule
 every deletion of acidclean rests on, so it follows Hive step for step, including the choices that
 look odd (an invalid base is not obsolete; a lower base is obsolete even if it would be invalid).
-Pure: the listing is a value, built from storage by :func:`acidclean.shared.acid.reader.list_table_dir`.
+Pure: the listing is a value, built from storage by :func:`acidclean.shared.orc.reader.list_table_dir`.
 """
 
 from __future__ import annotations

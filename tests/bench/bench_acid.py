@@ -31,8 +31,8 @@ from acidclean.shared.acid import (
     encode_bucket_property,
     parse_directory_name,
 )
-from acidclean.shared.acid.reader import read_snapshot
-from acidclean.shared.acid.writer import delete_events, insert_events, write_bucket_file
+from acidclean.shared.orc.reader import read_snapshot
+from acidclean.shared.orc.writer import delete_events, insert_events, write_bucket_file
 
 pytestmark = pytest.mark.bench
 

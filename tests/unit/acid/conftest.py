@@ -10,7 +10,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from acidclean.shared.acid.events import encode_bucket_property
-from acidclean.shared.acid.writer import delete_events, insert_events, write_bucket_file
+from acidclean.shared.orc.writer import delete_events, insert_events, write_bucket_file
 
 ROW_SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 

@@ -19,7 +19,8 @@ from acidclean.shared.acid import (
     encode_bucket_property,
 )
 from acidclean.shared.acid.events import UPDATE_OPERATION
-from acidclean.shared.acid.reader import (
+from acidclean.shared.errors import AcidLayoutError, UnreadableFileError
+from acidclean.shared.orc.reader import (
     _deleted_by_join,
     _deleted_by_packed_key,
     _deleted_rows,
@@ -31,8 +32,7 @@ from acidclean.shared.acid.reader import (
     read_state,
     snapshot_files,
 )
-from acidclean.shared.acid.writer import insert_events, write_acid_file, write_original_file
-from acidclean.shared.errors import AcidLayoutError, UnreadableFileError
+from acidclean.shared.orc.writer import insert_events, write_acid_file, write_original_file
 
 from .conftest import TableWriter, rows
 

@@ -21,8 +21,8 @@ from acidclean.producers.acid_files import (
 )
 from acidclean.producers.orc_tail import OrcTailError, add_user_metadata
 from acidclean.shared.acid.events import ACID_COLUMNS, encode_bucket_property
-from acidclean.shared.acid.writer import delete_events
 from acidclean.shared.errors import VacuumError
+from acidclean.shared.orc.writer import delete_events
 
 BUCKET0 = encode_bucket_property(0)
 

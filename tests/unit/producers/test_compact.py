@@ -24,10 +24,10 @@ from acidclean.producers.plan import CompactionPlan, CompactionType, plan_compac
 from acidclean.shared.acid.events import decode_bucket_property
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
-from acidclean.shared.acid.reader import list_table_dir, read_snapshot
 from acidclean.shared.acid.write_ids import ValidWriteIdList
-from acidclean.shared.acid.writer import delete_events, insert_events, write_acid_version_file
 from acidclean.shared.errors import VacuumRefusedError
+from acidclean.shared.orc.reader import list_table_dir, read_snapshot
+from acidclean.shared.orc.writer import delete_events, insert_events, write_acid_version_file
 
 NOTHING_OPEN = 9223372036854775807
 ROW_TYPE = pa.struct([("id", pa.int64()), ("v", pa.string())])
