@@ -35,6 +35,7 @@ bench: jars
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy -p acidclean
+	$(BIN)/lint-imports
 
 stack-down:
 	$(BIN)/acidclean stack down

@@ -16,8 +16,8 @@ A vacuum that dies before its rename leaves only the staging directory, which re
 A re-run whose target directories already exist does nothing.
 
 Run it as ``acidclean vacuum DB.TABLE [--partition P] [--full] [--dry-run]``, or with spark-submit
-(``spark-submit .../acidclean/producers/vacuum.py DB.TABLE ...``; ``python -m
-acidclean.producers.vacuum`` runs the same on ``local[*]``).
+(``spark-submit .../acidclean/__main__.py vacuum DB.TABLE ...``, the same command line as
+``acidclean``; ``deploy/production/vacuum-spark-submit.sh``).
 """
 
 from __future__ import annotations
@@ -308,14 +308,3 @@ def spark_session(master: str | None = None, app_name: str = "acidclean-vacuum")
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
-
-
-def main(argv: list[str] | None = None) -> None:
-    """The spark-submit entry point: ``acidclean vacuum`` with the same arguments and exit codes."""
-    from acidclean.cli import main as cli
-
-    cli.main(args=["vacuum", *(sys.argv[1:] if argv is None else argv)], prog_name="acidclean")
-
-
-if __name__ == "__main__":
-    main()

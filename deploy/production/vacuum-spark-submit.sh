@@ -4,9 +4,10 @@
 # on every node, or pack a virtual environment (venv-pack) and pass it with --archives as below.
 # Usage: vacuum-spark-submit.sh DB.TABLE [--partition k=v] [--full] [--config FILE]
 set -euo pipefail
-ENTRY=$(python -c 'import acidclean.producers.vacuum as job; print(job.__file__)')
+# The entry is acidclean's own command line (python -m acidclean), so arguments and exit codes match.
+ENTRY=$(python -c 'import os, acidclean; print(os.path.join(os.path.dirname(acidclean.__file__), "__main__.py"))')
 exec spark-submit \
   --master yarn --deploy-mode client \
   --conf spark.executor.instances=4 --conf spark.executor.cores=2 \
   ${ACIDCLEAN_VENV_ARCHIVE:+--archives "$ACIDCLEAN_VENV_ARCHIVE#venv" --conf spark.pyspark.python=./venv/bin/python} \
-  "$ENTRY" "$@"
+  "$ENTRY" vacuum "$@"
