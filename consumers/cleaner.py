@@ -43,12 +43,12 @@ from acidclean.consumers.logs import log
 from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import TenantRoots
+from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.consumer import consumer_config
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import ConfigurationError, UnsafePathError
-from acidclean.shared.filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 

@@ -93,7 +93,7 @@ class CleanerMetastore(Protocol):
 
 
 class StorageLocationLike(Protocol):
-    """What :func:`acidclean.shared.filesystem.open_location` returns."""
+    """What :func:`acidclean.shared.arrow_filesystem.open_location` returns."""
 
     @property
     def fs(self) -> FileSystem: ...

@@ -8,7 +8,9 @@ from pathlib import Path
 from acidclean.consumers.timeline import Timeline, TimelineEvent, build_timeline
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, DeltaCommitted, VacuumCommitted
-from acidclean.shared.bus import LogReader, decode, raw_record
+from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.reader import LogReader
+from acidclean.shared.bus.records import raw_record
 from acidclean.shared.settings import Settings
 
 TIMELINE_TOPICS: dict[str, tuple[type[EventBase], ...]] = {

@@ -19,11 +19,11 @@ from acidclean.producers.outbox import DRAFT, Outbox, OutboxEntry
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
+from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import Delivery, EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import AcidCleanError
-from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import Metastore, split_table_name
 from acidclean.shared.settings import Settings
 

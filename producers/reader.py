@@ -21,8 +21,8 @@ from acidclean.producers.locks import acquire_lock
 from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.state import acid_state
 from acidclean.shared.acid.write_ids import ValidTxnList
+from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.errors import AcidCleanError, ConfigurationError
-from acidclean.shared.filesystem import open_location
 from acidclean.shared.metastore import LockRequestComponent, LockType, Metastore, Operation, partition_name
 from acidclean.shared.orc.reader import list_table_dir, read_state
 

@@ -52,8 +52,8 @@ from acidclean.producers.publish import (
     publish_committed,
 )
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
+from acidclean.shared.arrow_filesystem import StorageLocation, open_location
 from acidclean.shared.errors import AcidCleanError, TableNotFoundError, VacuumError, VacuumRefusedError
-from acidclean.shared.filesystem import StorageLocation, open_location
 from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.settings import Settings

@@ -1,18 +1,14 @@
-"""Storage access through ``pyarrow.fs``: local paths now, ``hdfs://`` and ``s3://`` through the same calls.
+"""What acidclean needs of storage: the :class:`FileSystem` protocol and its plain values.
 
-Table locations come from the metastore as URIs (``file:/warehouse/db.db/t``, ``hdfs://nn/...``,
-``s3a://bucket/...``). :func:`open_location` turns one into a :class:`StorageLocation`: a file
-system plus a path, with the handful of operations acidclean performs on table directories.
+Nothing here touches storage or imports pyarrow; the cleaner's rules and the unit tests' fakes use
+these types alone. :mod:`acidclean.shared.arrow_filesystem` implements the protocol over
+``pyarrow.fs`` for local paths, HDFS and S3.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import quote
-
-import pyarrow.fs as pafs
 
 from acidclean.shared.errors import AcidCleanError
 
@@ -57,113 +53,3 @@ class FileSystem(Protocol):
 
 class StorageError(AcidCleanError):
     """A storage call failed."""
-
-
-class ArrowFileSystem:
-    """:class:`FileSystem` over a ``pyarrow.fs.FileSystem``."""
-
-    def __init__(self, arrow: pafs.FileSystem) -> None:
-        self.arrow = arrow
-        self.is_local = isinstance(arrow, pafs.LocalFileSystem)
-
-    def list_dir(self, path: str) -> list[Entry]:
-        try:
-            infos = self.arrow.get_file_info(pafs.FileSelector(path, recursive=False))
-        except FileNotFoundError as error:
-            raise StorageError(f"directory {path} does not exist") from error
-        except OSError as error:
-            raise StorageError(f"cannot list {path}: {error}") from error
-        return [
-            Entry(
-                name=info.base_name,
-                is_dir=info.type == pafs.FileType.Directory,
-                size=int(info.size or 0),
-                is_symlink=self.is_local and os.path.islink(info.path),
-            )
-            for info in infos
-        ]
-
-    def exists(self, path: str) -> bool:
-        return bool(self.arrow.get_file_info(path).type != pafs.FileType.NotFound)
-
-    def tree_size(self, path: str) -> TreeSize:
-        infos = self.arrow.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-        files = [info for info in infos if info.type == pafs.FileType.File]
-        return TreeSize(len(files), sum(int(info.size or 0) for info in files))
-
-    def delete_dir(self, path: str) -> None:
-        try:
-            self.arrow.delete_dir(path)
-        except FileNotFoundError:
-            return  # already gone: deleting is idempotent
-        except OSError as error:
-            raise StorageError(f"cannot delete {path}: {error}") from error
-
-    def rename(self, source: str, target: str) -> None:
-        if self.exists(target):
-            raise StorageError(f"cannot rename {source} to {target}: the target exists")
-        try:
-            self.arrow.move(source, target)
-        except OSError as error:
-            raise StorageError(f"cannot rename {source} to {target}: {error}") from error
-
-    def make_dirs(self, path: str) -> None:
-        self.arrow.create_dir(path, recursive=True)
-
-    def read_file(self, path: str) -> bytes | None:
-        try:
-            with self.arrow.open_input_stream(path) as stream:
-                data: bytes = stream.read()
-                return data
-        except FileNotFoundError:
-            return None
-        except OSError as error:
-            if not self.exists(path):
-                return None
-            raise StorageError(f"cannot read {path}: {error}") from error
-
-    def real_path(self, path: str) -> str:
-        """The path with symlinks resolved (local storage; HDFS and S3 have none to follow)."""
-        return os.path.realpath(path) if self.is_local else path
-
-
-@dataclass(frozen=True)
-class StorageLocation:
-    """A table or partition directory: the file system it lives on and its path there."""
-
-    fs: ArrowFileSystem
-    path: str
-    uri: str
-
-    def child(self, name: str) -> str:
-        return f"{self.path.rstrip('/')}/{name}"
-
-
-def normalise_uri(uri: str) -> str:
-    """A metastore location as the URI pyarrow wants. Hive writes Hadoop ``Path`` strings: local
-    locations as ``file:/path``, and paths not percent-encoded: the directory of the partition
-    ``city=St. John's#2`` is literally ``city=St. John%27s%232``, spaces and ``%`` included. pyarrow
-    wants ``file:///path`` and decodes ``%XX``, so the path is percent-encoded here."""
-    scheme, _, rest = uri.partition(":")
-    if rest.startswith("//"):
-        authority, slash, path = rest[2:].partition("/")
-        path = slash + path
-    else:
-        authority, path = "", rest
-    if scheme.lower() == "s3a":
-        scheme = "s3"
-    return f"{scheme}://{authority}{quote(path, safe='/')}"
-
-
-def open_location(uri: str) -> StorageLocation:
-    """The file system and path of a location URI or plain local path."""
-    if "://" not in uri and not uri.startswith("file:"):
-        return StorageLocation(ArrowFileSystem(pafs.LocalFileSystem()), os.path.abspath(uri), uri)
-    try:
-        arrow, path = pafs.FileSystem.from_uri(normalise_uri(uri))
-    except (OSError, ValueError) as error:
-        raise StorageError(
-            f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs:// (needs "
-            "libhdfs and CLASSPATH), s3:// / s3a:// (needs credentials in the environment)"
-        ) from error
-    return StorageLocation(ArrowFileSystem(arrow), path, uri)

@@ -23,7 +23,7 @@ from acidclean.shared.acid.names import is_hidden, parse_directory_name
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.state import acid_state as compute_acid_state
 from acidclean.shared.acid.write_ids import ValidCleanerWriteIdList, ValidIdList, ValidTxnList, ValidWriteIdList
-from acidclean.shared.filesystem import open_location
+from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.orc.reader import list_table_dir, read_state
 
 

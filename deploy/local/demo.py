@@ -28,9 +28,11 @@ from acidclean.deploy.local.process import stop_process
 from acidclean.deploy.local.stack import StackInfo, stack_up
 from acidclean.producers.reader import locked_read
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
-from acidclean.shared.bus import decode, ensure_topics, raw_record
+from acidclean.shared.arrow_filesystem import open_location
+from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.records import raw_record
+from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import AcidCleanError
-from acidclean.shared.filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings, load_settings
 

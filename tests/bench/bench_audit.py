@@ -19,7 +19,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from acidclean.consumers.audit import AUDIT_TOPICS, read_audit
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import TOPIC_FIELD, CleanupDone, DelayEnvelope, RemovedDirectory, VacuumCommitted
-from acidclean.shared.bus import encode, ensure_topics
+from acidclean.shared.bus.codec import encode
+from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.settings import Settings, load_settings
 
 pytestmark = pytest.mark.bench

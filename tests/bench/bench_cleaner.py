@@ -42,8 +42,8 @@ from acidclean.consumers.rules.readiness import ready_to_clean
 from acidclean.deploy.local.process import free_port
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import cleaner_ids
+from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import header_due_at_ms
-from acidclean.shared.filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = pytest.mark.bench

@@ -31,8 +31,8 @@ from acidclean.cli import main as cli
 from acidclean.deploy.local.metastore import start_metastore
 from acidclean.deploy.local.process import stop_process
 from acidclean.shared.acid.id_lists import MetastoreKind
+from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.errors import VacuumRefusedError
-from acidclean.shared.filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,10 @@ from confluent_kafka import Producer
 from acidclean.cli import main
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import TOPIC_FIELD, CleanupDone, DelayEnvelope, RemovedDirectory, VacuumCommitted
-from acidclean.shared.bus import KafkaEventBus, encode, ensure_topics, reject
+from acidclean.shared.bus.codec import encode, reject
+from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.settings import Settings, load_settings
 
 pytestmark = pytest.mark.integration

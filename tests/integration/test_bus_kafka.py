@@ -21,19 +21,12 @@ from acidclean.schemas.events import (
     RemovedDirectory,
     VacuumCommitted,
 )
-from acidclean.shared.bus import (
-    KafkaEventBus,
-    LogReader,
-    OffsetLedger,
-    commit_stored,
-    decode,
-    encode,
-    ensure_topics,
-    make_consumer,
-    raw_record,
-    store_offsets,
-)
-from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.bus.codec import decode, encode
+from acidclean.shared.bus.consumer import OffsetLedger, commit_stored, make_consumer, store_offsets
+from acidclean.shared.bus.producer import KafkaEventBus
+from acidclean.shared.bus.reader import LogReader
+from acidclean.shared.bus.records import RawRecord, raw_record
+from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import BusError
 from acidclean.shared.settings import Settings, load_settings
 

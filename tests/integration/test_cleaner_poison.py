@@ -29,7 +29,8 @@ from confluent_kafka import Consumer, TopicPartition
 from acidclean.consumers.cleaner import Cleaner, cleaner_group_id
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
-from acidclean.shared.filesystem import StorageError, open_location
+from acidclean.shared.arrow_filesystem import open_location
+from acidclean.shared.filesystem import StorageError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 

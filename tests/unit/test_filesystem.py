@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from acidclean.shared.filesystem import StorageError, normalise_uri, open_location
+from acidclean.shared.arrow_filesystem import normalise_uri, open_location
+from acidclean.shared.filesystem import StorageError
 
 
 def make_tree(root: Path) -> None:
