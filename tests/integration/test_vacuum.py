@@ -312,7 +312,7 @@ def test_a_vacuum_killed_while_writing_leaves_only_its_hidden_staging_directory(
         "PYSPARK_PYTHON": sys.executable,
     }
     job = subprocess.Popen(
-        [sys.executable, "-m", "acidclean.producers.vacuum", f"{DB}.{unique_name}", "--full", "--master", "local[1]"],
+        [sys.executable, "-m", "acidclean", "vacuum", f"{DB}.{unique_name}", "--full", "--master", "local[1]"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
