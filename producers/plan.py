@@ -179,6 +179,21 @@ def plan_compaction(
     )
 
 
+def pending_cleanup(
+    listing: Listing, valid_ids_text: str, kind: MetastoreKind, *, valid_txns_text: str | None = None
+) -> tuple[str, ...]:
+    """ACID directories the current listing already calls obsolete: an earlier vacuum's (or Hive's own
+    compaction's) cleanup has not run yet. Hive's compaction queue refuses a new compaction of a
+    partition that is still ready for cleaning; so does the vacuum, unless told otherwise. Aborted
+    directories do not count: no reader uses them and no cleanup of a vacuum is waiting on them."""
+    valid_txns = ValidTxnList.from_string(valid_txns_text) if valid_txns_text is not None else None
+    try:
+        state = acid_state(listing, compactor_ids(valid_ids_text, kind), valid_txns)
+    except NotEnoughHistoryError:
+        return ()
+    return tuple(sorted(name for name in state.obsolete if _is_acid_directory(name)))
+
+
 def _claims(
     targets: tuple[str, ...], after: AcidState, valid_ids: ValidIdList, valid_txns: ValidTxnList | None, highest: int
 ) -> tuple[str, ...]:

@@ -41,8 +41,9 @@ from acidclean.producers.commit import (
     staging_name,
 )
 from acidclean.producers.compact import bucket_tasks, input_row_type
+from acidclean.producers.exclusion import ExclusionSettings, exclusive_vacuum
 from acidclean.producers.outbox import Outbox
-from acidclean.producers.plan import CompactionPlan, CompactionType, format_bytes, plan_compaction
+from acidclean.producers.plan import CompactionPlan, CompactionType, format_bytes, pending_cleanup, plan_compaction
 from acidclean.producers.publish import (
     FlushReport,
     Publisher,
@@ -67,6 +68,7 @@ class VacuumRequest:
     partition: str | None = None
     compaction_type: CompactionType = CompactionType.MINOR
     dry_run: bool = False
+    allow_uncleaned: bool = False  # vacuum although an earlier vacuum's cleanup has not run yet
 
 
 @dataclass(frozen=True)
@@ -178,16 +180,40 @@ def run_vacuum(
         earlier = flushed.published + flushed.failed
 
     info = lookup_table(metastore, request.table, request.partition)
+    db, table = split_table_name(request.table)
+    if request.dry_run:
+        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier)
+    # One vacuum per table or partition at a time, on any host; the loser writes nothing at all.
+    with exclusive_vacuum(metastore, db, table, info.partition, exclusion_settings(settings)):
+        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier)
+
+
+def exclusion_settings(settings: Settings) -> ExclusionSettings:
+    return ExclusionSettings(wait_s=settings.vacuum_lock_wait_s, stale_s=settings.vacuum_lock_stale_s)
+
+
+def _plan_and_vacuum(
+    request: VacuumRequest,
+    settings: Settings,
+    metastore: Metastore,
+    info: TableInfo,
+    spark: Callable[[], SparkSession],
+    publisher: Publisher,
+    outbox: Outbox,
+    progress: Progress,
+    earlier: list[PublishOutcome],
+) -> VacuumResult:
     location = open_location(info.location)
     removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
-        earlier += _publish_earlier(location, metastore, publisher, outbox)
+        earlier = earlier + _publish_earlier(location, metastore, publisher, outbox)
         removed_staging = tuple(
             remove_abandoned_staging(location.fs.arrow, location.path, settings.abandoned_staging_s)
         )
 
     db, table = split_table_name(request.table)
     valid_ids_text = metastore.valid_write_ids(db, table)
+    valid_txns_text = metastore.valid_txn_list()
     listing = list_table_dir(location.fs.arrow, location.path)
     plan = plan_compaction(
         listing,
@@ -196,7 +222,7 @@ def run_vacuum(
         request.compaction_type,
         table=f"{db}.{table}",
         partition=info.partition,
-        valid_txns_text=metastore.valid_txn_list(),
+        valid_txns_text=valid_txns_text,
     )
     existing = plan.existing_targets
     if existing == plan.targets:
@@ -212,6 +238,15 @@ def run_vacuum(
         )
     if request.dry_run:
         return VacuumResult("dry-run", plan, earlier=earlier)
+    pending = pending_cleanup(listing, valid_ids_text, metastore.kind, valid_txns_text=valid_txns_text)
+    if pending and not request.allow_uncleaned:
+        where = plan.table + (f" partition {plan.partition}" if plan.partition else "")
+        shown = ", ".join(pending[:5]) + (f" and {len(pending) - 5} more" if len(pending) > 5 else "")
+        raise VacuumRefusedError(
+            f"{where} still holds {len(pending)} director{'y' if len(pending) == 1 else 'ies'} an earlier vacuum "
+            f"made obsolete ({shown}): its cleanup has not run yet. Let the cleaner finish (acidclean audit "
+            f"{plan.table} shows it), or pass --allow-uncleaned to vacuum anyway"
+        )
     result = _compact_and_commit(
         plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier
     )

@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     abandoned_staging_s: float = Field(
         3600.0, gt=0, description="A vacuum's staging directory unchanged this long is removed by the next vacuum."
     )
+    vacuum_lock_wait_s: float = Field(
+        10.0, ge=0, description="How long a vacuum waits for another vacuum of the same table or partition."
+    )
+    vacuum_lock_stale_s: float = Field(
+        300.0, gt=0, description="A vacuum lock whose holder sent no heartbeat this long is released (a dead vacuum)."
+    )
     cleanup_waits_for_open_txns: bool = Field(
         True,
         description="Besides the lock snapshot, wait until every transaction open when the vacuum committed "

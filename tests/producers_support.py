@@ -94,8 +94,10 @@ def vacuum(
     partition: str | None = None,
     dry_run: bool = False,
     publisher: Publisher | None = None,
+    allow_uncleaned: bool = False,
 ) -> VacuumResult:
-    request = VacuumRequest(f"{DB}.{name}", partition, CompactionType.MAJOR if full else CompactionType.MINOR, dry_run)
+    compaction = CompactionType.MAJOR if full else CompactionType.MINOR
+    request = VacuumRequest(f"{DB}.{name}", partition, compaction, dry_run, allow_uncleaned)
     return run_vacuum(
         request,
         settings=settings,

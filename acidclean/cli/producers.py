@@ -74,6 +74,8 @@ def _outcome_line(outcome: PublishOutcome) -> str:
 @click.option("--partition", metavar="K=V[/K2=V2]", help="Vacuum one partition" + PARTITION_SPELLING)
 @click.option("--full", is_flag=True, help="MAJOR vacuum (VACUUM TABLE t FULL): base and deltas into base_N.")
 @click.option("--dry-run", is_flag=True, help="Print what would be compacted into what; write nothing.")
+@click.option("--allow-uncleaned", is_flag=True,
+              help="Vacuum although an earlier vacuum's obsolete directories are not cleaned yet.")
 @click.option("--master", help="Spark master (default: spark-submit's, else local[*]).")
 @click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
 @click.option("--publish-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for Kafka.")
@@ -83,6 +85,7 @@ def vacuum(
     partition: str | None,
     full: bool,
     dry_run: bool,
+    allow_uncleaned: bool,
     master: str | None,
     outbox_dir: str | None,
     publish_timeout: float,
@@ -93,7 +96,8 @@ def vacuum(
     from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum, spark_session
 
     settings = _settings(config_file)
-    request = VacuumRequest(table, partition, CompactionType.MAJOR if full else CompactionType.MINOR, dry_run)
+    compaction = CompactionType.MAJOR if full else CompactionType.MINOR
+    request = VacuumRequest(table, partition, compaction, dry_run, allow_uncleaned)
     with _metastore(settings) as metastore:
         result = run_vacuum(
             request,

@@ -104,7 +104,11 @@ def test_seed_case_end_to_end(
         assert [c.write_id for c in commits] == list(range(1, len(commits) + 1))
         before = snapshot(metastore, unique_name)
 
-        results = [vacuum(metastore, settings, spark, unique_name, full=kind == "MAJOR") for kind in vacuums]
+        # The seed's listings keep what the first vacuum made obsolete: no cleaner runs in between.
+        results = [
+            vacuum(metastore, settings, spark, unique_name, full=kind == "MAJOR", allow_uncleaned=True)
+            for kind in vacuums
+        ]
 
         assert directories(metastore, unique_name) == listing
         assert list(results[-1].new_directories) == new_directories

@@ -183,3 +183,18 @@ def test_hive2_lists_are_transaction_lists() -> None:
     assert isinstance(reader_ids(text, MetastoreKind.HIVE3), ValidWriteIdList)
     assert lowest_open_id(text, MetastoreKind.HIVE2) == 4
     assert lowest_open_id(committed(3), MetastoreKind.HIVE3) is None
+
+
+def test_pending_cleanup_names_what_an_earlier_vacuum_left_obsolete_and_not_aborted_directories() -> None:
+    from acidclean.producers.plan import pending_cleanup
+
+    done = listing(*SINGLE, "delta_0000001_0000003", "delta_0000004_0000004_0000")
+    assert pending_cleanup(done, committed(4), MetastoreKind.HIVE3) == tuple(SINGLE)
+    clean = listing("delta_0000001_0000003", "delta_0000004_0000004_0000", "delta_0000005_0000005_0000")
+    assert pending_cleanup(clean, committed(5, aborted="5"), MetastoreKind.HIVE3) == ()
+    # Hive's own compaction, still open: it has made nothing obsolete yet.
+    hive = listing(*SINGLE, "base_0000003_v0000009")
+    assert pending_cleanup(hive, committed(3), MetastoreKind.HIVE3, valid_txns_text="9:9:9:") == ()
+    assert pending_cleanup(hive, committed(3), MetastoreKind.HIVE3, valid_txns_text=f"9:{NOTHING_OPEN}::") == tuple(
+        SINGLE
+    )
