@@ -50,7 +50,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from acidclean.consumers.cleaning import CleanupHandler, Outcome, Work
+from acidclean.consumers.handler import CleanupHandler, Outcome, Work
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.scheduling import clamp_due_ms, due_time_problem, poll_timeout_s

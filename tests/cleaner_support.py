@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from confluent_kafka import Consumer, TopicPartition
 
-from acidclean.consumers.cleaner import Cleaner, CleanerOptions
+from acidclean.consumers.cleaner_process import CleanerOptions, CleanerProcess
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import (
     CleanupDone,
@@ -328,9 +328,11 @@ class Watcher:
 
 
 @contextmanager
-def running_cleaner(settings: Settings, options: CleanerOptions | None = None, **kwargs: Any) -> Iterator[Cleaner]:
+def running_cleaner(
+    settings: Settings, options: CleanerOptions | None = None, **kwargs: Any
+) -> Iterator[CleanerProcess]:
     """A cleaner in a background thread of this process, stopped (gracefully) on exit."""
-    cleaner = Cleaner(settings, options or CleanerOptions(cleaner_id=f"it-{uuid.uuid4().hex[:6]}"), **kwargs)
+    cleaner = CleanerProcess(settings, options or CleanerOptions(cleaner_id=f"it-{uuid.uuid4().hex[:6]}"), **kwargs)
     errors: list[BaseException] = []
 
     def run() -> None:
@@ -352,7 +354,7 @@ def running_cleaner(settings: Settings, options: CleanerOptions | None = None, *
 
 
 @dataclass
-class CleanerProcess:
+class CleanerSubprocess:
     """A cleaner run as ``acidclean cleaner`` in a subprocess (stopped by its pid)."""
 
     process: subprocess.Popen[bytes]
@@ -379,7 +381,7 @@ def start_cleaner_process(
     cleaner_id: str = "e2e",
     extra_env: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
-) -> CleanerProcess:
+) -> CleanerSubprocess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACIDCLEAN_")}
     env.update(settings_environment(settings))
     env.update(extra_env or {})
@@ -401,7 +403,7 @@ def start_cleaner_process(
             stderr=subprocess.STDOUT,
             env=env,
         )
-    return CleanerProcess(process, log_file)
+    return CleanerSubprocess(process, log_file)
 
 
 def metastore_kind(metastore: HiveMetastore) -> MetastoreKind:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from acidclean.consumers.cleaner import Cleaner, CleanerOptions
+from acidclean.consumers.cleaner_process import CleanerOptions, CleanerProcess
 from acidclean.consumers.crash_points import crash_points_from_env
 from acidclean.consumers.logs import configure_json_logging
 from acidclean.shared.settings import load_settings
@@ -71,4 +71,4 @@ def cleaner(
     options = CleanerOptions(
         dry_run=dry_run, metrics_port=metrics_port, cleaner_id=cleaner_id, crash_points=crash_points_from_env()
     )
-    Cleaner(settings, options).run()
+    CleanerProcess(settings, options).run()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from cleaner_support import (
-    CleanerProcess,
+    CleanerSubprocess,
     Watcher,
     cleaner_settings,
     create_table,
@@ -33,7 +33,7 @@ def test_two_cleaners_and_a_third_joining_mid_run_clean_every_vacuum_and_nothing
     singles = {table.name: table.commit_deltas(3) for table in tables}
     readers = [start_reader(metastore, table) for table in tables]
     vacuums = [table.minor_vacuum() for table in tables]
-    processes: list[CleanerProcess] = []
+    processes: list[CleanerSubprocess] = []
     try:
         for name in ("a", "b"):
             processes.append(start_cleaner_process(settings, tmp_path / f"{name}.log", cleaner_id=f"cleaner-{name}"))
@@ -72,7 +72,7 @@ def test_sigterm_finishes_commits_and_leaves_so_nothing_is_processed_again(
         table.commit_deltas(2)
     reader = start_reader(metastore, tables[0])
     waiting, *ready = [table.minor_vacuum() for table in tables]
-    processes: list[CleanerProcess] = []
+    processes: list[CleanerSubprocess] = []
     try:
         first = start_cleaner_process(settings, tmp_path / "first.log", cleaner_id="first")
         processes.append(first)

@@ -27,7 +27,7 @@ from cleaner_support import (
     start_reader,
 )
 
-from acidclean.consumers.cleaner import CleanerOptions
+from acidclean.consumers.cleaner_process import CleanerOptions
 from acidclean.consumers.rules.readiness import COMMIT_MARGIN
 from acidclean.deploy.local.process import free_port
 from acidclean.shared.acid.names import delta_name

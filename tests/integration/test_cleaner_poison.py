@@ -26,7 +26,7 @@ from cleaner_support import (
 )
 from confluent_kafka import Consumer, TopicPartition
 
-from acidclean.consumers.cleaner import Cleaner, cleaner_group_id
+from acidclean.consumers.cleaner_process import CleanerProcess, cleaner_group_id
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
 from acidclean.shared.arrow_filesystem import open_location
@@ -63,7 +63,7 @@ def committed_offset(settings: Settings, topic_name: str) -> int:
         consumer.close()
 
 
-def wait_assigned(cleaner: Cleaner, timeout_s: float = 30.0) -> None:
+def wait_assigned(cleaner: CleanerProcess, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while len(cleaner.loop.states) < 2:  # the vacuum and the delay topic's one partition
         assert time.monotonic() < deadline, "the cleaner was not assigned its partitions"

@@ -23,7 +23,7 @@ def test_a_folder_imported_under_its_bare_name_is_refused(folder: str) -> None:
 def test_the_package_names_load_one_copy_of_each_class() -> None:
     code = (
         "import sys; sys.path.insert(0, '.');"
-        "import acidclean.shared.errors as e; import acidclean.consumers.cleaning;"
+        "import acidclean.shared.errors as e; import acidclean.consumers.handler;"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('shared', 'schemas', 'producers', 'consumers', 'deploy')))"
     )

@@ -16,7 +16,7 @@ from events.factories import T0 as T0
 from events.factories import lock as lock
 from events.factories import vacuum as factory_vacuum
 
-from acidclean.consumers.cleaning import (
+from acidclean.consumers.handler import (
     CleanerTopics,
     CleanupHandler,
     HandlerConfig,

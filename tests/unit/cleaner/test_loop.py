@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from acidclean.consumers.cleaning import Outcome, Work
+from acidclean.consumers.handler import Outcome, Work
 from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.readiness import Readiness

@@ -14,7 +14,7 @@ from events.factories import done as factory_done
 from events.factories import vacuum as factory_vacuum
 
 from acidclean.consumers.audit import fold, overdue_after
-from acidclean.consumers.cleaning import Outcome, Work
+from acidclean.consumers.handler import Outcome, Work
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import storage_path
@@ -357,7 +357,7 @@ def test_read_audit_flags_overdue_after_a_few_intervals_with_a_floor() -> None:
 
 
 def test_the_number_of_tries_is_a_setting_the_cleaner_passes_to_its_loop() -> None:
-    from acidclean.consumers.cleaner import Cleaner, CleanerOptions
+    from acidclean.consumers.cleaner_process import CleanerOptions, CleanerProcess
     from acidclean.shared.settings import load_settings
 
     assert load_settings(environ={}).cleanup_error_tries == 3
@@ -365,7 +365,7 @@ def test_the_number_of_tries_is_a_setting_the_cleaner_passes_to_its_loop() -> No
         environ={"ACIDCLEAN_CLEANUP_ERROR_TRIES": "5"}, overrides={"tenant": "acme", "allowed_roots": {"acme": ["/w"]}}
     )
     rig = Rig()
-    cleaner = Cleaner(
+    cleaner = CleanerProcess(
         settings,
         CleanerOptions(create_topics=False, cleaner_id="c1"),
         metastore_factory=lambda: rig.metastore,

@@ -1,7 +1,7 @@
 """One process of the cleaner consumer group, assembled from settings.
 
-:class:`Cleaner` wires the pieces: a consumer of the vacuum and delay topics in the tenant's group,
-the loop (:mod:`acidclean.consumers.loop`), the handler (:mod:`acidclean.consumers.cleaning`), one
+:class:`CleanerProcess` wires the pieces: a consumer of the vacuum and delay topics in the tenant's group,
+the loop (:mod:`acidclean.consumers.loop`), the handler (:mod:`acidclean.consumers.handler`), one
 metastore client and one idempotent producer per worker thread, a pool of
 ``hive.compaction-cleanup-threads`` workers for tables and another as many for deletes, and the
 Prometheus endpoint. SIGTERM and SIGINT stop it gracefully.
@@ -31,14 +31,14 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException
 
-from acidclean.consumers.cleaning import (
+from acidclean.consumers.crash_points import CrashPoints, NoCrashes
+from acidclean.consumers.handler import (
     CleanerMetastore,
     CleanerTopics,
     CleanupHandler,
     HandlerConfig,
     StorageLocationLike,
 )
-from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
@@ -99,7 +99,7 @@ def default_cleaner_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class Cleaner:
+class CleanerProcess:
     """A cleaner process: build it, then :meth:`run` until SIGTERM or :meth:`stop`."""
 
     def __init__(
