@@ -37,14 +37,16 @@ from cleaner_support import (
 )
 from confluent_kafka import Consumer, TopicPartition
 
-from acidclean.consumers.rules.obsolete import CleanupPlan, plan_cleanup
-from acidclean.consumers.rules.readiness import ready_to_clean
+from acidclean.consumers.rules.obsolete import CleanupPlan, check_markers, plan_cleanup
+from acidclean.consumers.rules.readiness import open_transactions_before, ready_to_clean, table_locks
 from acidclean.deploy.local.process import free_port
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import cleaner_ids
+from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import header_due_at_ms
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.vacuum_marker import VACUUM_MARKER
 
 pytestmark = pytest.mark.bench
 
@@ -218,12 +220,19 @@ def event(table: Table, index: int) -> VacuumCommitted:
 
 
 def reference_clean(metastore: HiveMetastore, table: Table, vacuum: VacuumCommitted) -> int:
-    """What one cleanup costs without Kafka: the same metastore calls, listing and deletes."""
-    assert ready_to_clean(vacuum.lock_snapshot, metastore.show_locks(table.db, table.name)).ready
+    """What one cleanup costs without Kafka: the same metastore calls (every lock, the transaction
+    list, the table, its write ids), the listing, the marker reads and the deletes."""
+    all_locks = metastore.show_locks()
+    txns = ValidTxnList.from_string(metastore.valid_txn_list())
+    open_before = open_transactions_before(vacuum.next_txn_id, txns.open_ids, all_locks)
+    assert ready_to_clean(vacuum.lock_snapshot, table_locks(all_locks, vacuum.table), open_before).ready
     info = metastore.get_table(table.db, table.name)
     ids = cleaner_ids(metastore.kind, metastore.valid_write_ids(table.db, table.name), vacuum.highest_write_id)
     storage = open_location(info.location)
-    plan = plan_cleanup(vacuum, storage.fs.list_dir(storage.path), ids)
+    children = storage.fs.list_dir(storage.path)
+    markers = {name: storage.fs.read_file(storage.child(f"{name}/{VACUUM_MARKER}")) for name in vacuum.new_directories}
+    assert check_markers(vacuum, markers) is None
+    plan = plan_cleanup(vacuum, children, ids, txns)
     assert isinstance(plan, CleanupPlan)
     for name in plan.delete:
         storage.fs.tree_size(storage.child(name))
