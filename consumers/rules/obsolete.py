@@ -124,6 +124,13 @@ def check_markers(vacuum: VacuumCommitted, markers: Mapping[str, bytes | None]) 
                 f"{name} was committed by vacuum {marker.event_id} (job {marker.vacuum_job_id}), not by this "
                 f"event's vacuum {vacuum.event_id} (job {vacuum.vacuum_job_id}); nothing deleted",
             )
+        if (marker.vacuum_job_id, marker.highest_write_id) != (vacuum.vacuum_job_id, vacuum.highest_write_id):
+            return Refusal(
+                "invalid_event",
+                f"{name} was committed by job {marker.vacuum_job_id} up to write id {marker.highest_write_id}; "
+                f"the event says job {vacuum.vacuum_job_id} up to {vacuum.highest_write_id}: it was altered; "
+                "nothing deleted",
+            )
     return None
 
 

@@ -219,3 +219,16 @@ def test_a_reader_locked_on_another_table_does_not_hold_this_tables_cleanup() ->
     assert outcome.kind == "delayed" and outcome.event.open_txns == [49]  # type: ignore[union-attr]
     rig.metastore.open_txns = [48]
     assert rig.handle(outcome.event).kind == "cleaned"
+
+
+@pytest.mark.rule3
+def test_an_event_altered_after_its_vacuum_wrote_the_marker_is_refused() -> None:
+    rig = hive3_rig()
+    rig.fs.add_acid_dirs(LOCATION, [BASE3, D4, D5, D45])
+    real = vacuum(new_directories=[D45], obsolete_directories=[D4, D5], highest_write_id=5, lock_snapshot=[])
+    rig.fs.mark_vacuum_output(real)
+    rig.mark_vacuum_output = False
+    altered = real.model_copy(update={"highest_write_id": 9})
+    outcome = rig.handle(altered)
+    assert outcome.kind == "dead_lettered" and rig.fs.deleted == []
+    assert "altered" in outcome.event.reason  # type: ignore[union-attr]
