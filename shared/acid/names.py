@@ -87,11 +87,18 @@ class ParsedDirectory(NamedTuple):
         """The statement id as Hive orders it: -1 when the name has none."""
         return -1 if self.statement_id is None else self.statement_id
 
-    def sort_key(self) -> tuple[int, int, int, str]:
+    def sort_key(self) -> tuple[int, int, int, int, int, str]:
         """Hive's delta order (``ParsedDeltaLight.compareTo``): min ascending, max descending,
-        statement id ascending (none first), then the name, so ``delete_delta_x_y`` sorts before
-        ``delta_x_y``."""
-        return (self.min_write_id, -self.max_write_id, self.statement_order, self.name)
+        statement id ascending (none first), ``delete_delta_x_y`` before ``delta_x_y``, and of two
+        compactions of the same range the higher visibility transaction first (HIVE-29210)."""
+        return (
+            self.min_write_id,
+            -self.max_write_id,
+            self.statement_order,
+            0 if self.is_delete_delta else 1,
+            -self.visibility_txn_id,
+            self.name,
+        )
 
 
 def is_hidden(name: str) -> bool:

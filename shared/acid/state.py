@@ -222,15 +222,25 @@ class _StateBuilder:
         current = self.base.write_id if self.base is not None else 0
         last_statement = -1
         previous: ParsedDirectory | None = None
+        kept_ranges: dict[tuple[int, int, int, bool], int] = {}  # a kept range -> its visibility txn
         for delta in sorted(self.candidates, key=ParsedDirectory.sort_key):
+            same = (delta.min_write_id, delta.max_write_id, delta.statement_order, delta.is_delete_delta)
+            if same in kept_ranges and kept_ranges[same] != delta.visibility_txn_id:
+                # Two compactions of one range (a duplicate compaction job, HIVE-29210): the one with the
+                # higher visibility transaction, sorted first, is read; the other is obsolete. (The same
+                # range padded differently, without _v, is still read twice, as Hive does.)
+                self.obsolete.append(delta.name)
+                continue
             if delta.max_write_id > current:
                 # Kept only if it brings an id this snapshot cares about.
                 if self.valid_ids.is_write_id_range_valid(current + 1, delta.max_write_id) is not RangeResponse.NONE:
                     kept.append(delta)
+                    kept_ranges[same] = delta.visibility_txn_id
                     current, last_statement, previous = delta.max_write_id, delta.statement_order, delta
             elif delta.max_write_id == current and last_statement >= 0:
                 # Another statement of the same multi-statement transaction.
                 kept.append(delta)
+                kept_ranges[same] = delta.visibility_txn_id
                 previous = delta
             elif (
                 previous is not None
@@ -240,6 +250,7 @@ class _StateBuilder:
             ):
                 # The delete_delta_x_y / delta_x_y pair of one range (or the same range padded differently).
                 kept.append(delta)
+                kept_ranges[same] = delta.visibility_txn_id
                 previous = delta
             else:
                 # Covered by the base, by a wider delta, or a per-statement delta already minor-compacted.

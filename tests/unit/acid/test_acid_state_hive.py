@@ -412,3 +412,36 @@ def test_hive4_not_enough_history_needs_a_compacted_oldest_base() -> None:
     # An insert overwrite's base never raises: it is read like a delta once committed.
     result = state(["delta_2_10/", "base_25/", "base_100/"], ValidWriteIdList.from_string("tbl:150:7:7:"))
     assert result.base is not None and result.base.name == "base_100"
+
+
+def test_duplicate_compactions_of_one_range_read_the_higher_visibility_one() -> None:  # HIVE-29210
+    from acidclean.shared.acid import ValidTxnList, ValidWriteIdList, acid_state
+
+    ids = ValidWriteIdList.from_string(f"db.t:5:{LONG_MAX}::")
+    names = [
+        "delta_0000001_0000001_0000/",
+        "delta_0000001_0000003_v0000010/",
+        "delta_0000001_0000003_v0000012/",
+        "delete_delta_0000001_0000003_v0000010/",
+        "delete_delta_0000001_0000003_v0000012/",
+        "delta_0000004_0000004_0000/",
+    ]
+    committed = acid_state(names, ids, ValidTxnList.from_string(f"20:{LONG_MAX}::"))
+    assert [d.name for d in committed.deltas] == [
+        "delete_delta_0000001_0000003_v0000012",
+        "delta_0000001_0000003_v0000012",
+        "delta_0000004_0000004_0000",
+    ]
+    assert set(committed.obsolete) == {
+        "delta_0000001_0000001_0000",
+        "delta_0000001_0000003_v0000010",
+        "delete_delta_0000001_0000003_v0000010",
+    }
+    # While the second job's transaction is open, the first job's output is read and nothing is obsolete
+    # but the single delta.
+    second_open = acid_state(names, ids, ValidTxnList.from_string("20:12:12:"))
+    assert [d.name for d in second_open.deltas][:2] == [
+        "delete_delta_0000001_0000003_v0000010",
+        "delta_0000001_0000003_v0000010",
+    ]
+    assert set(second_open.obsolete) == {"delta_0000001_0000001_0000"}
