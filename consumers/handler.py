@@ -38,6 +38,7 @@ from acidclean.consumers.rules.paths import TenantRoots, check_location
 from acidclean.consumers.rules.readiness import (
     COMMIT_MARGIN,
     Readiness,
+    committed_through_transaction,
     lock_scope,
     locks_missing_from_snapshot,
     not_checked,
@@ -222,7 +223,12 @@ class TableLockCheck:
                 if self._all_locks is None:
                     self._all_locks = self._handler.show_locks(None)
                 open_ids = self.transactions().open_ids
-                open_before = open_transactions_before(vacuum.next_txn_id, open_ids, self._all_locks)
+                open_before = open_transactions_before(
+                    vacuum.next_txn_id,
+                    open_ids,
+                    self._all_locks,
+                    visibility_commit=committed_through_transaction(vacuum.new_directories),
+                )
             except MetastoreError as error:
                 self._error = f"metastore check of open transactions failed: {error}"
                 self._locks = None

@@ -98,15 +98,20 @@ def _rename_out(fs: pafs.FileSystem, location: str, staging_dir: str, targets: S
             raise VacuumError(f"cannot rename {source} to {destination}: {error}") from error
 
 
+def write_vacuum_markers(fs: pafs.FileSystem, parent: str, targets: Sequence[str], draft: dict[str, Any]) -> None:
+    """Mark each target directory (under ``parent``) as this vacuum's output, just before its commit."""
+    vacuum_marker = VacuumMarker.from_draft(draft).to_bytes()
+    for target in targets:
+        with fs.open_output_stream(_join(_join(parent, target), VACUUM_MARKER)) as out:
+            out.write(vacuum_marker)
+
+
 def commit(
     fs: pafs.FileSystem, location: str, staging_dir: str, targets: Sequence[str], draft: dict[str, Any]
 ) -> None:
     """Mark each target as this vacuum's output, write the commit marker, rename the targets out of
     staging in order, then remove the staging directory (only the marker is left in it by then)."""
-    vacuum_marker = VacuumMarker.from_draft(draft).to_bytes()
-    for target in targets:
-        with fs.open_output_stream(_join(_join(staging_dir, target), VACUUM_MARKER)) as out:
-            out.write(vacuum_marker)
+    write_vacuum_markers(fs, staging_dir, targets, draft)
     _write_marker(fs, staging_dir, {**draft, "targets": list(targets)})
     _rename_out(fs, location, staging_dir, targets)
     fs.delete_dir(staging_dir)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from acidclean.shared.acid.claims import superseded_by_own_output
 from acidclean.shared.acid.id_lists import MetastoreKind, compactor_ids, id_name, lowest_open_id
-from acidclean.shared.acid.names import base_name, delta_name, parse_directory_name
+from acidclean.shared.acid.names import DirectoryKind, base_name, delta_name, parse_directory_name
 from acidclean.shared.acid.state import AcidState, Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidIdList, ValidTxnList
 from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError, VacuumRefusedError
@@ -155,8 +155,7 @@ def plan_compaction(
     files = snapshot_files(listing, state)
     sizes = {f.path: f.size for f in listing.files}
     targets = ((delete_target,) if delete_target else ()) + (insert_target,)
-    after = acid_state(_with_directories(listing, targets), valid_ids, valid_txns)
-    obsolete_after = _claims(targets, after, valid_ids, valid_txns, highest)
+    obsolete_after = _claims_of_output(listing, targets, valid_ids, valid_txns, highest)
     unblocked_state = acid_state(listing, compactor_ids(valid_ids_text, kind, ignore_open=True), valid_txns)
     held_back = tuple(d.name for d in unblocked_state.deltas if d.max_write_id > valid_ids.high_watermark)
     return CompactionPlan(
@@ -177,6 +176,51 @@ def plan_compaction(
         held_back=held_back,
         held_back_by=lowest_open_id(valid_ids_text, kind) if held_back else None,
     )
+
+
+def with_visibility_txn(plan: CompactionPlan, txn_id: int, valid_txns_text: str) -> CompactionPlan:
+    """The plan committed through transaction ``txn_id`` instead of a rename: its targets named
+    ``base_N_vT`` / ``delta_X_Y_vT`` / ``delete_delta_X_Y_vT`` (Hive 4's compactor output), and its claims
+    decided as they will stand once T commits. ``valid_txns_text`` is the transaction list read after T
+    was opened (T is open in it)."""
+    if txn_id <= 0:
+        raise ValueError(f"a visibility transaction id is positive, not {txn_id}")
+    committed = ValidTxnList.from_string(valid_txns_text).as_committed(txn_id)
+    insert_target = _with_suffix(plan.insert_target, txn_id)
+    delete_target = _with_suffix(plan.delete_target, txn_id) if plan.delete_target else None
+    targets = ((delete_target,) if delete_target else ()) + (insert_target,)
+    return replace(
+        plan,
+        insert_target=insert_target,
+        delete_target=delete_target,
+        obsolete_after=_claims_of_output(plan.listing, targets, plan.valid_ids, committed, plan.highest_write_id),
+    )
+
+
+def _with_suffix(name: str, txn_id: int) -> str:
+    parsed = parse_directory_name(name)
+    if parsed is None or parsed.visibility_txn_id:
+        raise ValueError(f"{name} is not a plain ACID directory name")
+    if parsed.kind is DirectoryKind.BASE:
+        return base_name(parsed.max_write_id, txn_id)
+    return delta_name(
+        parsed.min_write_id,
+        parsed.max_write_id,
+        delete=parsed.kind is DirectoryKind.DELETE_DELTA,
+        statement_id=parsed.statement_id,
+        visibility_txn_id=txn_id,
+    )
+
+
+def _claims_of_output(
+    listing: Listing,
+    targets: tuple[str, ...],
+    valid_ids: ValidIdList,
+    valid_txns: ValidTxnList | None,
+    highest: int,
+) -> tuple[str, ...]:
+    after = acid_state(_with_directories(listing, targets), valid_ids, valid_txns)
+    return _claims(targets, after, valid_ids, valid_txns, highest)
 
 
 def pending_cleanup(

@@ -8,6 +8,7 @@ outcome says so: the compaction itself has succeeded either way.
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -111,6 +112,7 @@ class FlushReport:
     published: list[PublishOutcome] = field(default_factory=list)
     failed: list[PublishOutcome] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # drafts of vacuums that never committed
+    waiting: list[str] = field(default_factory=list)  # drafts whose visibility transaction is still open
 
 
 def _committed(draft: dict[str, Any]) -> bool:
@@ -118,14 +120,26 @@ def _committed(draft: dict[str, Any]) -> bool:
     return all(location.fs.exists(location.child(name)) for name in draft["new_directories"])
 
 
-def _finish_draft(entry: OutboxEntry) -> bool:
-    """Finish the rename of a draft's vacuum if its staging directory holds a commit marker; then
-    say whether it committed."""
+class DraftState(str, enum.Enum):
+    COMMITTED = "committed"
+    NEVER = "never"  # the vacuum did not commit and never will: drop the draft
+    OPEN = "open"  # a visibility-txn vacuum whose transaction is still open: ask again later
+
+
+def _finish_draft(entry: OutboxEntry, metastore: Metastore) -> DraftState:
+    """Finish the rename of a draft's vacuum if its staging directory holds a commit marker, or ask
+    the metastore about a visibility-txn vacuum's transaction; then say whether it committed."""
+    txn_id = entry.draft.get("visibility_txn_id")
+    if isinstance(txn_id, int):
+        txns = ValidTxnList.from_string(metastore.valid_txn_list())
+        if txns.is_txn_valid(txn_id):
+            return DraftState.COMMITTED if _committed(entry.draft) else DraftState.NEVER
+        return DraftState.NEVER if txns.is_txn_aborted(txn_id) else DraftState.OPEN
     location = open_location(entry.draft["location"])
     staging = entry.draft.get("staging_dir")
     if staging and location.fs.exists(location.child(staging)):
         recover_commits(location.fs.arrow, location.path)
-    return _committed(entry.draft)
+    return DraftState.COMMITTED if _committed(entry.draft) else DraftState.NEVER
 
 
 def flush_outbox(
@@ -139,7 +153,11 @@ def flush_outbox(
     for entry in outbox.entries():
         event = entry.event
         if entry.state == DRAFT or event is None:
-            if not _finish_draft(entry):
+            state = _finish_draft(entry, metastore)
+            if state is DraftState.OPEN:
+                report.waiting.append(entry.event_id)
+                continue
+            if state is DraftState.NEVER:
                 outbox.remove(entry.event_id)
                 report.dropped.append(entry.event_id)
                 continue

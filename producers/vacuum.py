@@ -23,11 +23,14 @@ Run it as ``acidclean vacuum DB.TABLE [--partition P] [--full] [--dry-run]``, or
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,11 +42,20 @@ from acidclean.producers.commit import (
     recover_commits,
     remove_abandoned_staging,
     staging_name,
+    write_vacuum_markers,
 )
-from acidclean.producers.compact import bucket_tasks, input_row_type
+from acidclean.producers.commit_mode import CommitMode, choose_commit_mode
+from acidclean.producers.compact import BucketResult, bucket_tasks, input_row_type
 from acidclean.producers.exclusion import ExclusionSettings, exclusive_vacuum
 from acidclean.producers.outbox import Outbox
-from acidclean.producers.plan import CompactionPlan, CompactionType, format_bytes, pending_cleanup, plan_compaction
+from acidclean.producers.plan import (
+    CompactionPlan,
+    CompactionType,
+    format_bytes,
+    pending_cleanup,
+    plan_compaction,
+    with_visibility_txn,
+)
 from acidclean.producers.publish import (
     FlushReport,
     Publisher,
@@ -53,14 +65,24 @@ from acidclean.producers.publish import (
     publish_committed,
 )
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
-from acidclean.shared.arrow_filesystem import StorageLocation, open_location
-from acidclean.shared.errors import AcidCleanError, TableNotFoundError, VacuumError, VacuumRefusedError
+from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.acid.write_ids import ValidTxnList
+from acidclean.shared.arrow_filesystem import StorageLocation, location_scheme, open_location
+from acidclean.shared.errors import (
+    AcidCleanError,
+    MetastoreError,
+    TableNotFoundError,
+    VacuumError,
+    VacuumRefusedError,
+)
 from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.settings import Settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+LOGGER = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class VacuumRequest:
@@ -88,6 +110,8 @@ class VacuumResult:
     publish: PublishOutcome | None = None
     earlier: list[PublishOutcome] = field(default_factory=list)  # events of earlier runs published now
     removed_staging: tuple[str, ...] = ()  # staging directories of vacuums that died while writing
+    commit_mode: CommitMode = CommitMode.RENAME
+    visibility_txn_id: int | None = None  # the transaction that committed a visibility-txn vacuum
 
 
 def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
@@ -131,9 +155,10 @@ def _draft(
     location: StorageLocation,
     new_directories: list[str],
     job_id: str,
-    staging: str,
+    staging: str | None,
+    visibility_txn_id: int | None = None,
 ) -> dict[str, Any]:
-    return {
+    draft = {
         "event_id": str(uuid.uuid4()),
         "tenant": settings.tenant,
         "table": plan.table,
@@ -146,6 +171,9 @@ def _draft(
         "vacuum_job_id": job_id,
         "staging_dir": staging,
     }
+    if visibility_txn_id is not None:
+        draft["visibility_txn_id"] = visibility_txn_id
+    return draft
 
 
 def _publish_earlier(
@@ -204,6 +232,9 @@ def _plan_and_vacuum(
     earlier: list[PublishOutcome],
 ) -> VacuumResult:
     location = open_location(info.location)
+    mode = choose_commit_mode(
+        settings.vacuum_commit, metastore.kind, location_scheme(location.uri), location.uri
+    )
     removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
         earlier = earlier + _publish_earlier(location, metastore, publisher, outbox)
@@ -247,9 +278,8 @@ def _plan_and_vacuum(
             f"made obsolete ({shown}): its cleanup has not run yet. Let the cleaner finish (acidclean audit "
             f"{plan.table} shows it), or pass --allow-uncleaned to vacuum anyway"
         )
-    result = _compact_and_commit(
-        plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier
-    )
+    commit_with = _compact_and_commit if mode is CommitMode.RENAME else _compact_and_commit_txn
+    result = commit_with(plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier)
     return dataclasses.replace(result, removed_staging=removed_staging)
 
 
@@ -299,6 +329,25 @@ def _compact_and_commit(
     commit(fs, location.path, staging_dir, produced, draft)
     event = complete_event(draft, metastore)  # the lock snapshot, taken after the rename
     outbox.save_event(draft, event)
+    return _committed_result(
+        plan, produced, results, started, job_id, draft, event, publisher, outbox, progress, earlier
+    )
+
+
+def _committed_result(
+    plan: CompactionPlan,
+    produced: list[str],
+    results: list[BucketResult],
+    started: float,
+    job_id: str,
+    draft: dict[str, Any],
+    event: VacuumCommitted,
+    publisher: Publisher,
+    outbox: Outbox,
+    progress: Progress,
+    earlier: list[PublishOutcome],
+    visibility_txn_id: int | None = None,
+) -> VacuumResult:
     rows = sum(r.rows_written for r in results)
     progress(f"  committed {', '.join(produced)} ({rows} rows); {len(event.lock_snapshot)} locks in the snapshot")
     outcome = publish_committed(draft, event, publisher, outbox)
@@ -315,7 +364,125 @@ def _compact_and_commit(
         job_id=job_id,
         publish=outcome,
         earlier=earlier,
+        commit_mode=CommitMode.RENAME if visibility_txn_id is None else CommitMode.VISIBILITY_TXN,
+        visibility_txn_id=visibility_txn_id,
     )
+
+
+def _compact_and_commit_txn(
+    plan: CompactionPlan,
+    settings: Settings,
+    metastore: Metastore,
+    location: StorageLocation,
+    info: TableInfo,
+    spark: SparkSession,
+    publisher: Publisher,
+    outbox: Outbox,
+    progress: Progress,
+    earlier: list[PublishOutcome],
+) -> VacuumResult:
+    """The commit without a rename (:mod:`.commit_mode`): open transaction T, write straight into
+    ``base_N_vT`` / ``delta_X_Y_vT``, which every reader skips while T is open, then commit T.
+
+    A failure before the commit aborts T: what was written is an aborted ``_vT`` directory that no
+    reader uses and that the next vacuum claims, so its cleanup removes it (DESIGN.md rule 6). A vacuum
+    killed before its commit leaves T open; the metastore's housekeeping aborts it once its heartbeats
+    stop (``hive.txn.timeout``). The lock snapshot is taken after T commits (rule 2, docs/safety.md)."""
+    started = time.monotonic()
+    job_id = f"{spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
+    fs = location.fs.arrow
+    txn_id = metastore.open_txn()
+    with heartbeating(metastore, txn_id, settings.vacuum_lock_stale_s / 10):
+        try:
+            plan = with_visibility_txn(plan, txn_id, metastore.valid_txn_list())
+            where = plan.table + (f" partition {plan.partition}" if plan.partition else "")
+            progress(
+                f"{plan.compaction_type.value} vacuum of {where} in transaction {txn_id}: {len(plan.inputs)} "
+                f"inputs, {plan.input_files} files, {format_bytes(plan.input_bytes)}, {len(plan.buckets)} buckets "
+                f"-> {', '.join(plan.targets)}"
+            )
+            tasks = bucket_tasks(
+                plan,
+                location_uri=location.uri,
+                staging_dir=location.path,
+                row_type=input_row_type(fs, plan),
+                codec=orc_codec(info.orc_compress),
+            )
+            results = run_bucket_tasks(spark, tasks, progress)
+            produced = finish_directories(fs, location.path, plan.targets)
+            draft = _draft(plan, settings, location, produced, job_id, None, visibility_txn_id=txn_id)
+            write_vacuum_markers(fs, location.path, produced, draft)
+            outbox.save_draft(draft)  # from here on a crash cannot lose the event
+        except BaseException as error:
+            _abort_quietly(metastore, txn_id)
+            if isinstance(error, AcidCleanError) or not isinstance(error, Exception):
+                raise
+            raise VacuumError(
+                f"the vacuum of {plan.table} failed while writing: {task_error_message(error)}. Nothing was "
+                f"committed: transaction {txn_id} is aborted, so readers skip what it wrote (*_v{txn_id:07d}), "
+                "and the next vacuum's cleanup removes it"
+            ) from error
+        _commit_visibility_txn(metastore, txn_id, outbox, draft)
+    event = complete_event(draft, metastore)  # the lock snapshot, taken after T committed
+    outbox.save_event(draft, event)
+    return _committed_result(
+        plan, produced, results, started, job_id, draft, event, publisher, outbox, progress, earlier, txn_id
+    )
+
+
+def _commit_visibility_txn(metastore: Metastore, txn_id: int, outbox: Outbox, draft: dict[str, Any]) -> None:
+    """Commit T. A failed call may still have committed (the answer was lost): the transaction list
+    tells, and only a T that did not commit is aborted and its draft dropped."""
+    try:
+        metastore.commit_txn(txn_id)
+        return
+    except MetastoreError as error:
+        failure = error
+    try:
+        committed = ValidTxnList.from_string(metastore.valid_txn_list()).is_txn_valid(txn_id)
+    except MetastoreError:
+        committed = None
+    if committed:
+        return
+    if committed is False:
+        _abort_quietly(metastore, txn_id)
+        outbox.remove(uuid.UUID(draft["event_id"]))
+    raise VacuumError(
+        f"the vacuum of {draft['table']} could not commit transaction {txn_id}: {failure}. "
+        + (
+            "It did not commit: readers skip its output, which the next vacuum's cleanup removes"
+            if committed is False
+            else "Whether it committed is unknown; the next vacuum publishes its event if it did"
+        )
+    ) from failure
+
+
+def _abort_quietly(metastore: Metastore, txn_id: int) -> None:
+    try:
+        metastore.abort_txn(txn_id)
+    except MetastoreError as error:  # the metastore aborts it itself once its heartbeats stop
+        LOGGER.warning("could not abort the vacuum's transaction %s: %s", txn_id, error)
+
+
+@contextmanager
+def heartbeating(metastore: Metastore, txn_id: int, every_s: float) -> Iterator[None]:
+    """Keep transaction ``txn_id`` alive while the block runs (the metastore aborts a silent one)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            try:
+                metastore.heartbeat(txn_id=txn_id)
+            except MetastoreError as error:
+                LOGGER.warning("heartbeat of the vacuum's transaction %s failed: %s", txn_id, error)
+
+    thread = threading.Thread(target=beat, name=f"vacuum-txn-{txn_id}-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 def spark_session(master: str | None = None, app_name: str = "acidclean-vacuum") -> SparkSession:

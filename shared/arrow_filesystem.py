@@ -112,15 +112,39 @@ def normalise_uri(uri: str) -> str:
     return f"{scheme}://{authority}{quote(path, safe='/')}"
 
 
+def location_scheme(uri: str) -> str:
+    """``file``, ``hdfs`` or ``s3`` (``s3a`` and ``s3n`` are Hadoop's names for ``s3``) of a location."""
+    if "://" not in uri and not uri.startswith("file:"):
+        return "file"
+    scheme = uri.partition(":")[0].lower()
+    return "s3" if scheme in ("s3a", "s3n") else scheme
+
+
 def open_location(uri: str) -> StorageLocation:
-    """The file system and path of a location URI or plain local path."""
+    """The file system and path of a location URI or plain local path.
+
+    ``hdfs://`` goes through :mod:`acidclean.shared.hdfs_filesystem` and ``s3://``/``s3a://`` through
+    :mod:`acidclean.shared.s3_filesystem`; their settings come from the environment (``ACIDCLEAN_S3_*``
+    and the standard ``AWS_*`` variables; ``ACIDCLEAN_HDFS_*``), which Spark executors inherit.
+    """
     if "://" not in uri and not uri.startswith("file:"):
         return StorageLocation(ArrowFileSystem(pafs.LocalFileSystem()), os.path.abspath(uri), uri)
+    scheme = location_scheme(uri)
+    if scheme == "hdfs":
+        from acidclean.shared.hdfs_filesystem import open_hdfs
+
+        fs, path = open_hdfs(uri)
+        return StorageLocation(fs, path, uri)
+    if scheme == "s3":
+        from acidclean.shared.s3_filesystem import open_s3
+
+        fs, path = open_s3(uri)
+        return StorageLocation(fs, path, uri)
     try:
         arrow, path = pafs.FileSystem.from_uri(normalise_uri(uri))
     except (OSError, ValueError) as error:
         raise StorageError(
-            f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs:// (needs "
-            "libhdfs and CLASSPATH), s3:// / s3a:// (needs credentials in the environment)"
+            f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs://, "
+            "s3:// and s3a://"
         ) from error
     return StorageLocation(ArrowFileSystem(arrow), path, uri)

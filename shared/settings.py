@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
@@ -102,6 +102,13 @@ class Settings(BaseSettings):
     )
     vacuum_lock_stale_s: float = Field(
         300.0, gt=0, description="A vacuum lock whose holder sent no heartbeat this long is released (a dead vacuum)."
+    )
+    vacuum_commit: Literal["auto", "rename", "visibility-txn"] = Field(
+        "auto",
+        description="How a vacuum makes its output visible: rename (a staged directory renamed into place; atomic "
+        "on HDFS and local disks), visibility-txn (write base_N_vT / delta_X_Y_vT and commit metastore "
+        "transaction T, as Hive 4's compactor does; needs Hive 3+), or auto: visibility-txn on object stores "
+        "(S3), rename elsewhere.",
     )
     cleanup_waits_for_open_txns: bool = Field(
         True,

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.shared.acid.names import parse_directory_name
 from acidclean.shared.acid.partition_names import lock_covers_partition
+from acidclean.shared.errors import AcidLayoutError
 from acidclean.shared.metastore import LockInfo, split_table_name
 
 
@@ -69,15 +71,42 @@ def ready_to_clean(
 
 
 def open_transactions_before(
-    next_txn_id: int | None, open_txn_ids: Iterable[int], all_locks: Iterable[LockInfo] = ()
+    next_txn_id: int | None,
+    open_txn_ids: Iterable[int],
+    all_locks: Iterable[LockInfo] = (),
+    *,
+    visibility_commit: bool = False,
 ) -> tuple[int, ...]:
     """The open transactions that began before the vacuum committed (ids below its ``next_txn_id``)
     and hold no SHARED_READ lock anywhere (``all_locks``: an unfiltered show_locks). An event without
-    ``next_txn_id`` (from an older vacuum) has only its lock snapshot to go by."""
+    ``next_txn_id`` (from an older vacuum) has only its lock snapshot to go by.
+
+    A vacuum committed through a transaction (``visibility_commit``: its new directories are ``_vT``)
+    waits for every one of them, read locks or not, as Hive 4's Cleaner does: a reader that took its
+    transaction snapshot before T committed skips the ``_vT`` output and reads the old directories, even
+    when it locks this table only after the lock snapshot. A renamed directory is read by whoever lists
+    after the rename, whatever its snapshot, so there the locks alone decide."""
     if next_txn_id is None:
         return ()
-    locking_readers = {lock.txn_id for lock in all_locks if lock.lock_type == "SHARED_READ" and lock.txn_id}
+    locking_readers = (
+        set()
+        if visibility_commit
+        else {lock.txn_id for lock in all_locks if lock.lock_type == "SHARED_READ" and lock.txn_id}
+    )
     return tuple(sorted(txn for txn in open_txn_ids if txn < next_txn_id and txn not in locking_readers))
+
+
+def committed_through_transaction(new_directories: Iterable[str]) -> bool:
+    """True when a vacuum's new directories carry a ``_vT`` suffix: it committed transaction T instead of
+    renaming (see :mod:`acidclean.producers.commit_mode`)."""
+    for name in new_directories:
+        try:
+            parsed = parse_directory_name(name)
+        except AcidLayoutError:
+            continue
+        if parsed is not None and parsed.visibility_txn_id:
+            return True
+    return False
 
 
 # Clock skew between the vacuum's host (the event's time, the marker's) and the metastore's database

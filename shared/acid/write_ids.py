@@ -257,6 +257,16 @@ class ValidTxnList(ValidIdList):
     def is_txn_aborted(self, txn_id: int) -> bool:
         return self.is_write_id_aborted(txn_id)
 
+    def as_committed(self, txn_id: int) -> ValidTxnList:
+        """This list as it will read once ``txn_id`` (open now) commits: the vacuum decides what its
+        ``_vT`` output supersedes before T commits. Ids between the watermark and T stay unknown (open)."""
+        if self.is_txn_aborted(txn_id):
+            raise ValueError(f"transaction {txn_id} is aborted: it cannot commit")
+        watermark = max(self.high_watermark, txn_id)
+        gap = range(self.high_watermark + 1, txn_id)
+        open_ids = sorted({*self.open_ids, *gap} - {txn_id})
+        return ValidTxnList.from_ids(watermark, open_ids, self.aborted_ids)
+
 
 class ValidCleanerTxnList(_CleanerRangeRule, ValidTxnList):
     """The cleaner's rule over a Hive 2 transaction list (Hive 2 had no such class; this is what its

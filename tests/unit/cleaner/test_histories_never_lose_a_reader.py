@@ -2,14 +2,18 @@
 
 Writers commit, abort or stay open; readers lock (or, lockless, only open a transaction) and list;
 our vacuums (MINOR and MAJOR, planned by :func:`plan_compaction`) commit with their marker and lock
-snapshot, several of one partition before any is cleaned; Hive's own compactor writes ``base_N_vT``
-whose transaction commits, stays open or aborts; cleaner checks run in any order. After every step:
+snapshot, several of one partition before any is cleaned, either by a rename or through a transaction T
+(``_vT`` output written while T is open, then T commits or aborts); Hive's own compactor writes
+``base_N_vT`` whose transaction commits, stays open or aborts; some readers take their transaction
+snapshot when they open and lock later (Hive's Driver, which re-takes the snapshot after locking only when
+a table's write ids changed); cleaner checks run in any order. After every step:
 nothing any live reader's snapshot uses has been deleted, and no honest event was dead-lettered.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -18,7 +22,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from acidclean.producers.plan import CompactionType, plan_compaction
+from acidclean.producers.plan import CompactionPlan, CompactionType, plan_compaction, with_visibility_txn
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind, reader_ids
 from acidclean.shared.acid.names import base_name, delta_name
@@ -43,6 +47,23 @@ class Reader:
 
 
 @dataclass
+class Opening:
+    """A reader that opened its transaction and took its snapshot, and has not locked yet."""
+
+    txn: int
+    write_ids: str
+    txns: str
+
+
+@dataclass
+class TxnVacuum:
+    """Our vacuum committing through transaction T: its ``_vT`` output is written, T is open."""
+
+    txn: int
+    plan: CompactionPlan
+
+
+@dataclass
 class Pending:
     event: VacuumCommitted | DelayEnvelope
     honest: bool = True
@@ -57,7 +78,10 @@ class World:
     open_writes: dict[int, int] = field(default_factory=dict)  # write id -> txn
     hive_compactions: dict[str, int] = field(default_factory=dict)  # base_N_vT -> T while T open
     readers: list[Reader] = field(default_factory=list)
+    opening: list[Opening] = field(default_factory=list)
+    txn_vacuums: list[TxnVacuum] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    created: set[str] = field(default_factory=set)  # every directory ever written
 
 
 class CleanerHistories(RuleBasedStateMachine):
@@ -94,6 +118,14 @@ class CleanerHistories(RuleBasedStateMachine):
         names = [n for n in self.world.rig.fs.children(LOCATION) if not n.startswith("_")]
         return Listing.from_paths([f"{name}/bucket_00000" for name in names], location=LOCATION)
 
+    def add_dirs(self, names: Iterable[str]) -> None:
+        self.world.created.update(names)
+        self.world.rig.fs.add_acid_dirs(LOCATION, names)
+
+    def listing_as_if_nothing_was_deleted(self) -> Listing:
+        """What a reader listing now would see had no cleanup run: it must not need what a cleanup took."""
+        return Listing.from_paths([f"{name}/bucket_00000" for name in sorted(self.world.created)], location=LOCATION)
+
     def txns(self) -> str:
         return self.metastore.valid_txn_list()
 
@@ -115,7 +147,7 @@ class CleanerHistories(RuleBasedStateMachine):
         self.metastore.high_watermark = write_id
         self.metastore.open_ids.append(write_id)
         self.world.open_writes[write_id] = txn
-        self.world.rig.fs.add_acid_dirs(LOCATION, [delta_name(write_id, write_id, 0, delete=delete)])
+        self.add_dirs([delta_name(write_id, write_id, 0, delete=delete)])
 
     @precondition(lambda self: self.world.open_writes)
     @rule(data=st.data(), abort=st.sampled_from([False, False, False, True]))
@@ -144,14 +176,47 @@ class CleanerHistories(RuleBasedStateMachine):
             self.metastore.locks.append(
                 LockInfo(lock_id, txn, db, name, PARTITION, "SHARED_READ", "ACQUIRED", "r", "h", acquired_ms, 1)
             )
-        ids = reader_ids(self.metastore.valid_write_ids("sales", "orders"), MetastoreKind.HIVE3)
-        try:
-            state = acid_state(self.listing(), ids, ValidTxnList.from_string(self.txns()))
-        except NotEnoughHistoryError:
-            needs: frozenset[str] = frozenset()  # Hive refuses this read; it reads nothing
-        else:
-            needs = frozenset(state.current_directories)
+        needs = self.needs(self.metastore.valid_write_ids("sales", "orders"), self.txns())
         self.world.readers.append(Reader(txn, lock_id, needs))
+
+    @rule()
+    def reader_opens_with_snapshot(self) -> None:
+        """A reader that takes its snapshot when its transaction opens and locks later."""
+        txn = self.open_txn()
+        self.world.opening.append(Opening(txn, self.metastore.valid_write_ids("sales", "orders"), self.txns()))
+
+    @precondition(lambda self: self.world.opening)
+    @rule(data=st.data(), seconds=st.integers(0, 5))
+    def reader_locks_after_its_snapshot(self, data: st.DataObject, seconds: int = 0) -> None:
+        """Some seconds later it locks, re-takes its snapshot only if the table's write ids changed since
+        (Hive's ``isValidTxnListState``; a compaction's commit changes none), then lists."""
+        self.world.rig.clock.advance(seconds)
+        opening = data.draw(st.sampled_from(self.world.opening))
+        self.world.opening.remove(opening)
+        lock_id = self.lock_for(opening.txn)
+        write_ids, txns = opening.write_ids, opening.txns
+        if self.metastore.valid_write_ids("sales", "orders") != write_ids:
+            write_ids, txns = self.metastore.valid_write_ids("sales", "orders"), self.txns()
+        self.world.readers.append(Reader(opening.txn, lock_id, self.needs(write_ids, txns)))
+
+    def lock_for(self, txn: int) -> int:
+        lock_id = self.world.next_lock
+        self.world.next_lock += 1
+        db, name = TABLE.split(".")
+        self.world.rig.clock.advance(1)
+        acquired_ms = self.world.rig.clock.now_ms()
+        self.metastore.locks.append(
+            LockInfo(lock_id, txn, db, name, PARTITION, "SHARED_READ", "ACQUIRED", "r", "h", acquired_ms, 1)
+        )
+        return lock_id
+
+    def needs(self, write_ids: str, txns: str) -> frozenset[str]:
+        ids = reader_ids(write_ids, MetastoreKind.HIVE3)
+        try:
+            state = acid_state(self.listing_as_if_nothing_was_deleted(), ids, ValidTxnList.from_string(txns))
+        except NotEnoughHistoryError:
+            return frozenset()  # Hive refuses this read; it reads nothing
+        return frozenset(state.current_directories)
 
     @precondition(lambda self: self.world.readers)
     @rule(data=st.data())
@@ -164,9 +229,7 @@ class CleanerHistories(RuleBasedStateMachine):
 
     # -- compactions ------------------------------------------------------------------------------
 
-    @rule(major=st.booleans())
-    def our_vacuum(self, major: bool) -> None:
-        compaction = CompactionType.MAJOR if major else CompactionType.MINOR
+    def plan(self, compaction: CompactionType) -> CompactionPlan | None:
         try:
             plan = plan_compaction(
                 self.listing(),
@@ -178,17 +241,48 @@ class CleanerHistories(RuleBasedStateMachine):
                 valid_txns_text=self.txns(),
             )
         except VacuumRefusedError:
+            return None
+        return None if plan.existing_targets else plan  # run_vacuum: already committed
+
+    @precondition(lambda self: not self.world.txn_vacuums)  # one vacuum of a partition at a time
+    @rule(major=st.booleans())
+    def our_vacuum(self, major: bool) -> None:
+        plan = self.plan(CompactionType.MAJOR if major else CompactionType.MINOR)
+        if plan is None:
             return
-        if plan.existing_targets:
-            return  # run_vacuum: already committed (or refuses a half-done one)
-        event_id = uuid.uuid4()
         self.world.rig.clock.advance(1)
         # Committed (renamed) with its marker, then the lock snapshot and next transaction id.
-        self.world.rig.fs.add_acid_dirs(LOCATION, plan.targets)
+        self.add_dirs(plan.targets)
+        self.publish(plan)
+
+    @precondition(lambda self: not self.world.txn_vacuums)
+    @rule(major=st.booleans())
+    def our_vacuum_through_a_transaction(self, major: bool) -> None:
+        """vacuum_commit=visibility-txn: open T, write the _vT output (readers skip it while T is open)."""
+        plan = self.plan(CompactionType.MAJOR if major else CompactionType.MINOR)
+        if plan is None:
+            return
+        txn = self.open_txn()
+        plan = with_visibility_txn(plan, txn, self.txns())
+        self.add_dirs(plan.targets)
+        self.world.txn_vacuums.append(TxnVacuum(txn, plan))
+
+    @precondition(lambda self: self.world.txn_vacuums)
+    @rule(data=st.data(), abort=st.sampled_from([False, False, True]))
+    def our_vacuum_transaction_ends(self, data: st.DataObject, abort: bool) -> None:
+        """T commits (then the lock snapshot and the event) or aborts (its output stays, unused)."""
+        vacuum = data.draw(st.sampled_from(self.world.txn_vacuums))
+        self.world.txn_vacuums.remove(vacuum)
+        self.world.rig.clock.advance(1)
+        self.end_txn(vacuum.txn, aborted=abort)
+        if not abort:
+            self.publish(vacuum.plan)
+
+    def publish(self, plan: CompactionPlan) -> None:
         snapshot = [entry for entry in self.metastore.show_locks("sales", "orders")]
         event = make_vacuum(
-            event_id=event_id,
-            compaction_type=compaction.value,
+            event_id=uuid.uuid4(),
+            compaction_type=plan.compaction_type.value,
             new_directories=list(plan.targets),
             obsolete_directories=list(plan.obsolete_after),
             highest_write_id=plan.highest_write_id,
@@ -212,7 +306,7 @@ class CleanerHistories(RuleBasedStateMachine):
             return
         txn = self.open_txn()
         name = base_name(plan.highest_write_id, visibility_txn_id=txn)
-        self.world.rig.fs.add_acid_dirs(LOCATION, [name])
+        self.add_dirs([name])
         if outcome == "open":
             self.world.hive_compactions[name] = txn
         else:
@@ -271,6 +365,13 @@ class CleanerHistories(RuleBasedStateMachine):
 
     # -- what must always hold ---------------------------------------------------------------------
 
+    @precondition(lambda self: self.world.opening)
+    @rule(data=st.data())
+    def an_opening_reader_ends(self, data: st.DataObject) -> None:
+        opening = data.draw(st.sampled_from(self.world.opening))
+        self.world.opening.remove(opening)
+        self.end_txn(opening.txn)
+
     @invariant()
     def every_live_reader_still_has_its_directories(self) -> None:
         listed = set(self.world.rig.fs.children(LOCATION))
@@ -294,3 +395,32 @@ CleanerHistories.TestCase.settings = settings(
 test_cleaner_histories_never_lose_a_readers_directory = CleanerHistories.TestCase
 
 assert T0  # the fakes' clock starts at the factories' T0
+
+
+class _Draws:
+    """Stands in for hypothesis' ``data`` in a scripted history: always the first choice."""
+
+    def draw(self, strategy):  # type: ignore[no-untyped-def]
+        return strategy.example() if not hasattr(strategy, "elements") else strategy.elements[0]
+
+
+def test_reader_with_an_older_snapshot_keeps_what_a_transaction_commit_superseded() -> None:
+    """The history the state machine must never allow, scripted: a reader takes its snapshot, our
+    vacuum commits base_N_vT through T, the lock snapshot is taken, and only then does the reader lock
+    (its write ids did not change, so it keeps the snapshot in which T is open and reads the old deltas).
+    Its lock is not in the snapshot; only waiting for every transaction open at T's commit saves it."""
+    history = CleanerHistories()
+    history.committed_history(3)
+    history.reader_opens_with_snapshot()
+    history.our_vacuum_through_a_transaction(major=True)
+    history.our_vacuum_transaction_ends(_Draws(), abort=False)  # type: ignore[arg-type]
+    history.world.rig.clock.advance(10)
+    history.reader_locks_after_its_snapshot(_Draws())  # type: ignore[arg-type]
+    reader = history.world.readers[0]
+    assert {"delta_0000001_0000001_0000", "delta_0000003_0000003_0000"} <= reader.needs
+    history.world.rig.clock.advance(10)
+    outcome = history.world.rig.handle(history.world.pending[0].event)
+    assert outcome.kind == "delayed"
+    history.every_live_reader_still_has_its_directories()
+    history.end_reader(_Draws())  # type: ignore[arg-type]
+    assert history.world.rig.handle(outcome.event).kind == "cleaned"
