@@ -33,7 +33,7 @@ def test_auto_commits_through_a_transaction_only_on_object_stores(
 
 
 def test_an_object_store_behind_a_hive2_metastore_is_refused_rather_than_risk_a_torn_base() -> None:
-    with pytest.raises(VacuumRefusedError, match="object store.*Hive 2 metastore has no per-table write ids"):
+    with pytest.raises(VacuumRefusedError, match=r"object store.*Hive 2 metastore has no per-table write ids"):
         choose_commit_mode("auto", MetastoreKind.HIVE2, "s3", S3)
 
 
