@@ -103,18 +103,22 @@ def metastore_ready(port: int) -> bool:
     return True
 
 
-def _layout(state_dir: Path, port: int, settings: dict[str, str]) -> tuple[Path, Path]:
+def _layout(
+    state_dir: Path, port: int, settings: dict[str, str], warehouse_uri: str | None = None
+) -> tuple[Path, Path]:
     home = state_dir / "metastore"
     conf = home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
-    warehouse = (state_dir / "warehouse").resolve()
-    warehouse.mkdir(parents=True, exist_ok=True)
+    if warehouse_uri is None:
+        warehouse = (state_dir / "warehouse").resolve()
+        warehouse.mkdir(parents=True, exist_ok=True)
+        warehouse_uri = warehouse.as_uri()
     derby = (home / "metastore_db").resolve()
     values = {
         "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={derby};create=true",
         "javax.jdo.option.ConnectionDriverName": "org.apache.derby.jdbc.EmbeddedDriver",
-        "hive.metastore.warehouse.dir": warehouse.as_uri(),
-        "metastore.warehouse.dir": warehouse.as_uri(),
+        "hive.metastore.warehouse.dir": warehouse_uri,
+        "metastore.warehouse.dir": warehouse_uri,
         "metastore.thrift.port": str(port),
         **COMMON_SETTINGS,
         **settings,
@@ -159,9 +163,20 @@ def _hive3_schema_template(dist: Path, log_dir: Path, java: str, env: dict[str, 
 
 
 def start_metastore(
-    state_dir: Path, flavour: str = "hive2", port: int | None = None, timeout_s: float = 120
+    state_dir: Path,
+    flavour: str = "hive2",
+    port: int | None = None,
+    timeout_s: float = 120,
+    *,
+    warehouse_uri: str | None = None,
+    extra_settings: dict[str, str] | None = None,
+    extra_classpath: tuple[Path, ...] = (),
 ) -> tuple[StartedProcess, str]:
-    """Start a metastore under ``state_dir/metastore``; returns the process and its thrift URI."""
+    """Start a metastore under ``state_dir/metastore``; returns the process and its thrift URI.
+
+    ``warehouse_uri`` (default: ``state_dir/warehouse`` on the local disk) may be an ``hdfs://`` or
+    ``s3a://`` URI; ``extra_settings`` go into its site files and ``extra_classpath`` folders of jars
+    (e.g. Hadoop's S3A client) onto its class path."""
     if flavour not in FLAVOURS:
         raise StackError(f"unknown metastore flavour {flavour!r}: choose one of {', '.join(FLAVOURS)}")
     if port is not None:
@@ -174,14 +189,15 @@ def start_metastore(
     env.pop("HADOOP_CONF_DIR", None)
     logs = [f"-Dderby.stream.error.file={log_dir / 'derby.log'}", f"-Dhive.log.dir={log_dir}",
             f"-Dmetastore.log.dir={log_dir}"]
+    extra = "".join(f":{folder}/*" for folder in extra_classpath)
     if flavour == "hive2":
-        home, conf = _layout(state_dir, port, HIVE2_SETTINGS)
-        classpath = f"{conf}:{pyspark_jars()}/*"
+        home, conf = _layout(state_dir, port, {**HIVE2_SETTINGS, **(extra_settings or {})}, warehouse_uri)
+        classpath = f"{conf}:{pyspark_jars()}/*{extra}"
         command = [java, *memory, *JAVA17_OPENS, *logs, "-cp", classpath]
     else:
         dist = hive3_home(log_dir)
-        home, conf = _layout(state_dir, port, HIVE3_SETTINGS)
-        command = [java, *memory, *JAVA17_OPENS, *logs, "-cp", f"{conf}:{dist}/lib/*:{dist}/extra/*"]
+        home, conf = _layout(state_dir, port, {**HIVE3_SETTINGS, **(extra_settings or {})}, warehouse_uri)
+        command = [java, *memory, *JAVA17_OPENS, *logs, "-cp", f"{conf}:{dist}/lib/*:{dist}/extra/*{extra}"]
         env["METASTORE_HOME"] = str(dist)
         if not (home / "metastore_db").exists():
             shutil.copytree(_hive3_schema_template(dist, log_dir, java, env), home / "metastore_db")
