@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import click
 
 from acidclean.deploy.local.jars import cache_dir, hive3_home, kafka_libs
-from acidclean.deploy.local.stack import read_state, service_status, stack_down, stack_up
+from acidclean.deploy.local.stack import StackInfo, read_state, service_status, stack_down, stack_up
 
 DEFAULT_STATE_DIR = Path(os.environ.get("ACIDCLEAN_STATE_DIR", ".stack"))
 state_dir_option = click.option(
@@ -31,15 +32,24 @@ def stack() -> None:
     "--metastore",
     "flavour",
     type=click.Choice(["hive2", "hive3"]),
-    default=os.environ.get("ACIDCLEAN_TEST_METASTORE", "hive2"),
-    show_default=True,
-    help="hive2: Hive 2.3.10 from the pyspark wheel; hive3: Hive 3.1.3 from Maven Central.",
+    default=os.environ.get("ACIDCLEAN_TEST_METASTORE"),
+    help="hive2: Hive 2.3.10 from the pyspark wheel; hive3: Hive 3.1.3 from Maven Central. "
+    "[default: hive3 with --storage s3, else hive2]",
 )
 @click.option("--kafka-port", type=int, default=None, help="Broker port (default: a free port).")
 @click.option("--metastore-port", type=int, default=None, help="Metastore port (default: a free port).")
-def up(state_dir: Path, flavour: str, kafka_port: int | None, metastore_port: int | None) -> None:
+@click.option(
+    "--storage",
+    type=click.Choice(["local", "hdfs", "s3"]),
+    default="local",
+    show_default=True,
+    help="Where the warehouse lives: the local disk, a real HDFS (NameNode and DataNode in one local JVM) or "
+    "a real S3 API server on 127.0.0.1 (needs --metastore hive3).",
+)
+def up(state_dir: Path, flavour: str | None, kafka_port: int | None, metastore_port: int | None, storage: str) -> None:
     """Start the stack (or report the one already running)."""
-    info, started = stack_up(state_dir, flavour, kafka_port, metastore_port)
+    flavour = flavour or ("hive3" if storage == "s3" else "hive2")
+    info, started = stack_up(state_dir, flavour, kafka_port, metastore_port, storage)
     verb = "started" if started else "already running"
     click.echo(f"stack {verb} in {info.state_dir}")
     click.echo(
@@ -49,10 +59,25 @@ def up(state_dir: Path, flavour: str, kafka_port: int | None, metastore_port: in
         f"  metastore  {info.metastore_uri:<28} pid {info.metastore.pid:<8} ready in "
         f"{info.metastore.seconds_to_ready:.1f} s ({info.metastore_flavour})"
     )
+    if info.storage_service is not None:
+        click.echo(
+            f"  {info.storage:<10} {info.storage_service.address:<28} pid {info.storage_service.pid:<8} ready in "
+            f"{info.storage_service.seconds_to_ready:.1f} s"
+        )
     click.echo(f"  warehouse  {info.warehouse}")
     click.echo("use it with:")
-    click.echo(f"  export ACIDCLEAN_KAFKA_BOOTSTRAP={info.kafka_bootstrap}")
-    click.echo(f"  export ACIDCLEAN_METASTORE_URIS={info.metastore_uri}")
+    for line in export_lines(info):
+        click.echo(f"  {line}")
+
+
+def export_lines(info: StackInfo) -> list[str]:
+    """The ``export`` lines that point acidclean at a stack."""
+    values = {
+        "ACIDCLEAN_KAFKA_BOOTSTRAP": info.kafka_bootstrap,
+        "ACIDCLEAN_METASTORE_URIS": info.metastore_uri,
+        **info.environment,
+    }
+    return [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
 
 
 @stack.command()
@@ -64,7 +89,8 @@ def status(state_dir: Path) -> None:
         click.echo(f"no stack in {state_dir.resolve()}")
         raise SystemExit(3)
     click.echo(f"stack in {info.state_dir} ({info.metastore_flavour} metastore)")
-    for label, service in (("kafka", info.kafka), ("metastore", info.metastore)):
+    labels = ("kafka", "metastore", info.storage)
+    for label, service in zip(labels, info.services, strict=False):
         click.echo(
             f"  {label:<10} {service.address:<28} pid {service.pid:<8} {service_status(service)}"
             f"   log {service.log_file}"

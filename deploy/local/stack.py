@@ -1,7 +1,8 @@
 """The local stack as one unit: up, status, down.
 
-``up`` starts Kafka and the Hive Metastore concurrently (the machine has two cores and both are
-JVMs that spend their start-up mostly waiting) and records what runs where in ``stack.json`` in the
+``up`` starts Kafka and, beside it, the storage service (``--storage hdfs`` or ``s3``; none for the
+local disk) followed by the Hive Metastore whose warehouse lives there (the machine has two cores and
+these JVMs spend their start-up mostly waiting), and records what runs where in ``stack.json`` in the
 state directory. ``up`` on a running stack returns the running stack. ``down`` stops each service by
 the process id recorded at start and removes the state directory.
 """
@@ -12,12 +13,13 @@ import json
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from acidclean.deploy.local.kafka import kafka_ready, start_kafka
 from acidclean.deploy.local.metastore import metastore_ready, start_metastore
-from acidclean.deploy.local.process import StartedProcess, pid_alive, stop_process
+from acidclean.deploy.local.process import StartedProcess, pid_alive, port_accepts, stop_process
+from acidclean.deploy.local.storage import StorageService, check_storage, start_storage
 from acidclean.shared.errors import StackError
 
 STATE_FILE = "stack.json"
@@ -40,6 +42,13 @@ class StackInfo:
     metastore_flavour: str
     warehouse: str
     started_at: float
+    storage: str = "local"
+    storage_service: ServiceInfo | None = None  # the HDFS or S3 server; None on the local disk
+    environment: dict[str, str] = field(default_factory=dict)  # what clients need to reach the storage
+
+    @property
+    def services(self) -> tuple[ServiceInfo, ...]:
+        return (self.kafka, self.metastore) + ((self.storage_service,) if self.storage_service else ())
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -62,6 +71,9 @@ class StackInfo:
             metastore_flavour=raw["metastore_flavour"],
             warehouse=raw["warehouse"],
             started_at=raw["started_at"],
+            storage=raw.get("storage", "local"),
+            storage_service=ServiceInfo(**raw["storage_service"]) if raw.get("storage_service") else None,
+            environment=dict(raw.get("environment") or {}),
         )
 
 
@@ -82,6 +94,12 @@ def service_status(info: ServiceInfo) -> str:
         return "stopped"
     if info.address.startswith("thrift://"):
         answering = metastore_ready(int(info.address.rsplit(":", 1)[1]))
+    elif info.address.startswith("hdfs://"):
+        from acidclean.deploy.local.hdfs import hdfs_ready
+
+        answering = hdfs_ready(info.address)
+    elif info.address.startswith("http"):
+        answering = port_accepts(int(info.address.rsplit(":", 1)[1].split("/")[0]))
     else:
         answering = kafka_ready(info.address)
     return "running" if answering else "not answering"
@@ -92,25 +110,41 @@ def stack_up(
     metastore_flavour: str = "hive2",
     kafka_port: int | None = None,
     metastore_port: int | None = None,
+    storage: str = "local",
 ) -> tuple[StackInfo, bool]:
     """Start the stack, or return the one already running. The flag says whether it was started now."""
     state_dir = state_dir.resolve()
+    check_storage(storage, metastore_flavour)
     existing = read_state(state_dir)
     if existing is not None:
-        statuses = {service_status(existing.kafka), service_status(existing.metastore)}
+        statuses = {service_status(service) for service in existing.services}
         if statuses == {"running"}:
-            if existing.metastore_flavour != metastore_flavour:
+            if (existing.metastore_flavour, existing.storage) != (metastore_flavour, storage):
                 raise StackError(
-                    f"a stack with a {existing.metastore_flavour} metastore already runs from {state_dir}; "
-                    "run `acidclean stack down` first to switch flavours"
+                    f"a stack with a {existing.metastore_flavour} metastore on {existing.storage} storage already "
+                    f"runs from {state_dir}; run `acidclean stack down` first to switch"
                 )
             return existing, False
         stack_down(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     started = time.time()
+    storage_started: list[StorageService] = []
+
+    def storage_then_metastore() -> tuple[StartedProcess, str]:
+        service = start_storage(state_dir, storage, metastore_flavour)
+        storage_started.append(service)
+        return start_metastore(
+            state_dir,
+            metastore_flavour,
+            metastore_port,
+            warehouse_uri=service.warehouse_uri,
+            extra_settings=service.metastore_settings,
+            extra_classpath=service.metastore_classpath,
+        )
+
     with ThreadPoolExecutor(max_workers=2) as pool:
         kafka_future = pool.submit(start_kafka, state_dir, kafka_port)
-        metastore_future = pool.submit(start_metastore, state_dir, metastore_flavour, metastore_port)
+        metastore_future = pool.submit(storage_then_metastore)
         failures: list[str] = []
         results = {}
         for name, future in (("kafka", kafka_future), ("metastore", metastore_future)):
@@ -119,24 +153,30 @@ def stack_up(
             except StackError as error:
                 failures.append(str(error))
     if failures:
-        for process, _ in results.values():
+        started_processes = [process for process, _ in results.values()]
+        started_processes += [s.process for s in storage_started if s.process is not None]
+        for process in started_processes:
             stop_process(process.pid, process.name)
         raise StackError("\n\n".join(failures))
     kafka_process, bootstrap = results["kafka"]
     metastore_process, uri = results["metastore"]
+    service = storage_started[0]
     info = StackInfo(
         state_dir=str(state_dir),
         kafka=_service(kafka_process, bootstrap),
         metastore=_service(metastore_process, uri),
         metastore_flavour=metastore_flavour,
-        warehouse=str(state_dir / "warehouse"),
+        warehouse=service.warehouse_uri or str(state_dir / "warehouse"),
         started_at=started,
+        storage=storage,
+        storage_service=_service(service.process, service.address) if service.process else None,
+        environment=service.environment,
     )
     (state_dir / STATE_FILE).write_text(info.to_json(), encoding="utf-8")
     return info, True
 
 
-OWN_ENTRIES = {STATE_FILE, "kafka", "metastore", "logs", "warehouse", "outbox", "demo"}
+OWN_ENTRIES = {STATE_FILE, "kafka", "metastore", "logs", "warehouse", "outbox", "demo", "hdfs", "s3"}
 
 
 def _is_stack_dir(state_dir: Path) -> bool:
@@ -153,7 +193,7 @@ def stack_down(state_dir: Path, keep_state: bool = False) -> list[str]:
     info = read_state(state_dir)
     stopped: list[str] = []
     if info is not None:
-        for service in (info.kafka, info.metastore):
+        for service in reversed(info.services):
             if stop_process(service.pid, service.name):
                 stopped.append(f"{service.name} (pid {service.pid})")
     if not keep_state and _is_stack_dir(state_dir):
