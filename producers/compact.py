@@ -29,7 +29,7 @@ from acidclean.shared.acid.events import ROW
 from acidclean.shared.acid.names import DirectoryKind, bucket_file_name
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.write_ids import ValidIdList
-from acidclean.shared.arrow_filesystem import open_location
+from acidclean.shared.arrow_filesystem import open_location, storage_environment
 from acidclean.shared.errors import UnreadableFileError
 from acidclean.shared.orc.reader import read_delete_events, read_state, snapshot_files
 from acidclean.shared.orc.writer import delete_events
@@ -50,6 +50,7 @@ class BucketTask:
     delete_target: str | None
     row_type: pa.StructType
     codec: str
+    storage_environment: tuple[tuple[str, str], ...] = ()  # the driver's storage client settings
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ def bucket_tasks(
             delete_target=plan.delete_target,
             row_type=row_type,
             codec=codec,
+            storage_environment=tuple(sorted(storage_environment().items())),
         )
         for bucket in plan.buckets
     ]
@@ -117,7 +119,7 @@ def _write(fs: pafs.FileSystem, task: BucketTask, directory: str, events: pa.Tab
 def compact_bucket(task: BucketTask) -> BucketResult:
     """Compact one bucket into the staging directory; returns what was written."""
     started = time.monotonic()
-    fs = open_location(task.location_uri).fs.arrow
+    fs = open_location(task.location_uri, dict(task.storage_environment) or None).fs.arrow
     listing, state, bucket = task.listing, task.state, task.bucket
     sizes = {f.path: f.size for f in listing.files}
     bytes_read = sum(sizes.get(f.relative_path, 0) for f in snapshot_files(listing, state, bucket))

@@ -8,6 +8,7 @@ system plus a path, with the handful of operations acidclean performs on table d
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -120,12 +121,24 @@ def location_scheme(uri: str) -> str:
     return "s3" if scheme in ("s3a", "s3n") else scheme
 
 
-def open_location(uri: str) -> StorageLocation:
+# Environment variables that configure storage clients (endpoints, credentials, Kerberos). A vacuum
+# copies them into its Spark tasks: executors on a cluster do not inherit the driver's environment.
+STORAGE_ENV_PREFIXES = ("ACIDCLEAN_S3_", "ACIDCLEAN_HDFS_", "AWS_")
+
+
+def storage_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The storage client settings of ``environ`` (default: this process's environment)."""
+    source = os.environ if environ is None else environ
+    return {name: value for name, value in source.items() if name.startswith(STORAGE_ENV_PREFIXES)}
+
+
+def open_location(uri: str, environ: Mapping[str, str] | None = None) -> StorageLocation:
     """The file system and path of a location URI or plain local path.
 
     ``hdfs://`` goes through :mod:`acidclean.shared.hdfs_filesystem` and ``s3://``/``s3a://`` through
     :mod:`acidclean.shared.s3_filesystem`; their settings come from the environment (``ACIDCLEAN_S3_*``
-    and the standard ``AWS_*`` variables; ``ACIDCLEAN_HDFS_*``), which Spark executors inherit.
+    and the standard ``AWS_*`` variables; ``ACIDCLEAN_HDFS_*``) of ``environ``, by default this
+    process's environment.
     """
     if "://" not in uri and not uri.startswith("file:"):
         return StorageLocation(ArrowFileSystem(pafs.LocalFileSystem()), os.path.abspath(uri), uri)
@@ -133,12 +146,12 @@ def open_location(uri: str) -> StorageLocation:
     if scheme == "hdfs":
         from acidclean.shared.hdfs_filesystem import open_hdfs
 
-        fs, path = open_hdfs(uri)
+        fs, path = open_hdfs(uri, environ)
         return StorageLocation(fs, path, uri)
     if scheme == "s3":
         from acidclean.shared.s3_filesystem import open_s3
 
-        fs, path = open_s3(uri)
+        fs, path = open_s3(uri, environ)
         return StorageLocation(fs, path, uri)
     try:
         arrow, path = pafs.FileSystem.from_uri(normalise_uri(uri))
