@@ -349,6 +349,9 @@ def arrow_s3(options: S3Options) -> pafs.S3FileSystem:
         scheme=options.scheme,
         endpoint_override=options.endpoint_override,
         force_virtual_addressing=not options.path_style,
+        # A small file (a vacuum marker, a bucket file of a few rows) becomes one PutObject instead of a
+        # multipart upload of three requests; a failure to write is then raised at close, not at open.
+        allow_delayed_open=True,
     )
 
 

@@ -142,6 +142,14 @@ def test_orc_written_and_read_through_the_location(table: StorageLocation) -> No
     assert table.fs.tree_size(table.child("base_0000005")).files == 1
 
 
+def test_a_small_file_is_written_with_one_put_object(s3: S3Server, table: StorageLocation) -> None:
+    before = s3.requests()
+
+    write(table, "_acidclean_vacuum.json", b"{}")
+
+    assert s3.requests() - before == {"PutObject": 1}
+
+
 def test_rename_refuses_and_copies_nothing(s3: S3Server, table: StorageLocation) -> None:
     write(table, "_tmp_vacuum/base_0000002/bucket_00000", b"data")
     before = s3.requests()
