@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from storage_support import StorageStack
 
 from acidclean.deploy.local.provision import Services, provide_services
 from acidclean.shared.hive_metastore import HiveMetastore
@@ -85,3 +86,73 @@ def spark() -> Iterator[Any]:
 def unique_name() -> str:
     """A short name no other test uses: for topic prefixes, databases and tables."""
     return "t" + uuid.uuid4().hex[:10]
+
+
+# -- storages: the same tests on the local disk, a real HDFS and a real S3 API server ----------------
+
+
+@pytest.fixture(scope="session")
+def hdfs_stack(local_stack: Services, metastore: HiveMetastore, metastore_uri: str) -> Iterator[StorageStack]:
+    """A NameNode and a DataNode in one JVM, started once; the session's metastore reaches it."""
+    from acidclean.deploy.local.hdfs import start_hdfs
+    from acidclean.deploy.local.process import stop_process
+
+    process, namenode = start_hdfs(local_stack.state_dir / "hdfs-storage")
+    try:
+        yield StorageStack("hdfs", metastore, metastore_uri, local_stack.metastore_flavour, f"{namenode}/warehouse", {})
+    finally:
+        stop_process(process.pid, process.name)
+
+
+@pytest.fixture(scope="session")
+def s3_stack(local_stack: Services) -> Iterator[StorageStack]:
+    """An S3 API server and, beside the session's metastore, a Hive 3.1.3 metastore with Hadoop's S3A
+    client whose warehouse is in the server's bucket (the Hive 2.3 metastore has no S3A client)."""
+    from acidclean.deploy.local.metastore import start_metastore
+    from acidclean.deploy.local.process import stop_process
+    from acidclean.deploy.local.s3 import s3_request_log, s3a_jars, s3a_metastore_settings, start_s3
+
+    state_dir = local_stack.state_dir / "s3-storage"
+    jars = s3a_jars(state_dir / "logs")
+    server, endpoint = start_s3(state_dir)
+    stoppers = [lambda: stop_process(server.pid, server.name)]
+    saved = {name: os.environ.get(name) for name in endpoint.environment()}
+    os.environ.update(endpoint.environment())
+    try:
+        process, uri = start_metastore(
+            state_dir,
+            "hive3",
+            warehouse_uri=endpoint.uri("warehouse"),
+            extra_settings=s3a_metastore_settings(endpoint),
+            extra_classpath=(jars,),
+        )
+        stoppers.append(lambda: stop_process(process.pid, process.name))
+        with HiveMetastore(uri) as client:
+            yield StorageStack(
+                "s3", client, uri, "hive3", endpoint.uri("warehouse"), endpoint.environment(), s3_request_log(state_dir)
+            )
+    finally:
+        for stop in reversed(stoppers):
+            stop()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(params=["local", "hdfs", "s3"])
+def storage(request: pytest.FixtureRequest, local_stack: Services) -> StorageStack:
+    """Each storage in turn (HDFS and S3 start once, the first time a test asks for them)."""
+    if request.param == "hdfs":
+        return request.getfixturevalue("hdfs_stack")  # type: ignore[no-any-return]
+    if request.param == "s3":
+        return request.getfixturevalue("s3_stack")  # type: ignore[no-any-return]
+    return StorageStack(
+        "local",
+        request.getfixturevalue("metastore"),
+        local_stack.metastore_uri,
+        local_stack.metastore_flavour,
+        None,
+        {},
+    )
