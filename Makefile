@@ -19,8 +19,10 @@ $(VENV)/.installed: pyproject.toml
 jars: install
 	$(BIN)/acidclean stack fetch
 
+STORAGE ?= local
+
 demo: jars
-	$(BIN)/acidclean demo
+	$(BIN)/acidclean demo --storage $(STORAGE)
 
 test: jars lint
 	$(BIN)/pytest

@@ -12,13 +12,19 @@ from acidclean.deploy.local.demo import DemoOptions, run_demo
 
 @click.command()
 @state_dir_option
-@click.option("--metastore", "flavour", type=click.Choice(["hive2", "hive3"]), default="hive2", show_default=True)
+@click.option("--metastore", "flavour", type=click.Choice(["hive2", "hive3"]), default=None,
+              help="hive2 or hive3 [default: hive3 with --storage s3, else hive2]")
+@click.option("--storage", type=click.Choice(["local", "hdfs", "s3"]), default="local", show_default=True,
+              help="Where the table lives: the local disk, a real HDFS or a real S3 API server.")
 @click.option("--commits", type=click.IntRange(min=2), default=8, show_default=True, help="Commits to stream.")
 @click.option("--rows", type=click.IntRange(min=1), default=2000, show_default=True, help="Rows per commit.")
 @click.option("--interval-ms", type=click.IntRange(min=100), default=2000, show_default=True,
               help="The cleaner's re-check interval (hive.compaction-cleanup-interval).")
 @click.option("--minor", is_flag=True, help="Run a MINOR vacuum instead of a MAJOR one.")
-def demo(state_dir: Path, flavour: str, commits: int, rows: int, interval_ms: int, minor: bool) -> None:
+def demo(
+    state_dir: Path, flavour: str | None, storage: str, commits: int, rows: int, interval_ms: int, minor: bool
+) -> None:
     """Run the whole story on the local stack and narrate it."""
-    options = DemoOptions(state_dir, flavour, commits, rows, interval_ms, full=not minor)
+    flavour = flavour or ("hive3" if storage == "s3" else "hive2")
+    options = DemoOptions(state_dir, flavour, commits, rows, interval_ms, full=not minor, storage=storage)
     run_demo(options, click.echo)

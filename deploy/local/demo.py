@@ -49,6 +49,7 @@ class DemoOptions:
     rows: int = 2000
     interval_ms: int = 2000
     full: bool = True
+    storage: str = "local"
 
 
 @dataclass
@@ -211,16 +212,21 @@ class DemoStack:
     kafka_bootstrap: str
     metastore_uri: str
     state_dir: Path
+    environment: dict[str, str] = field(default_factory=dict)  # what storage clients need (S3 endpoint)
 
 
 def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> float:
     """Run the story (on ``stack``, else on the local stack, started if need be); returns its duration."""
     narrator = Narrator(say)
     if stack is None:
-        narrator.step("starting the local stack (a Kafka broker and a Hive Metastore, as local JVMs) ...")
-        info, started = stack_up(options.state_dir, options.flavour)
+        storage = {"hdfs": ", an HDFS", "s3": ", an S3 API server"}.get(options.storage, "")
+        narrator.step(
+            f"starting the local stack (a Kafka broker{storage} and a Hive Metastore, as local processes) ..."
+        )
+        info, started = stack_up(options.state_dir, options.flavour, storage=options.storage)
         _describe_stack(narrator, info, started)
-        stack = DemoStack(info.kafka_bootstrap, info.metastore_uri, Path(info.state_dir))
+        stack = DemoStack(info.kafka_bootstrap, info.metastore_uri, Path(info.state_dir), info.environment)
+    os.environ.update(stack.environment)  # this process lists the table too
 
     demo_dir = stack.state_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
@@ -229,9 +235,10 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
         "ACIDCLEAN_METASTORE_URIS": stack.metastore_uri,
         "ACIDCLEAN_STATE_DIR": str(stack.state_dir),
         "ACIDCLEAN_CLEANUP_INTERVAL_MS": str(options.interval_ms),
+        **stack.environment,
     }
     env = {**os.environ, **environ, "PYTHONUNBUFFERED": "1"}
-    settings = load_settings(environ=environ)
+    settings = load_settings(environ={k: v for k, v in environ.items() if k not in stack.environment})
     ensure_topics(settings)
 
     db, table = "demo", f"clicks_{uuid.uuid4().hex[:6]}"
@@ -301,3 +308,6 @@ def _describe_stack(narrator: Narrator, info: StackInfo, started: bool) -> None:
     narrator.detail(f"kafka      {info.kafka_bootstrap} (pid {info.kafka.pid}, {how})")
     metastore = info.metastore
     narrator.detail(f"metastore  {info.metastore_uri} (pid {metastore.pid}, {info.metastore_flavour}, {how})")
+    if info.storage_service is not None:
+        service = info.storage_service
+        narrator.detail(f"{info.storage:<10} {service.address} (pid {service.pid}, {how}); warehouse {info.warehouse}")
