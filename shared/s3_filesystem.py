@@ -50,6 +50,7 @@ retried and exact about what it left.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,12 +60,13 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_a
 
 from acidclean.shared.arrow_filesystem import ArrowFileSystem
 from acidclean.shared.errors import ConfigurationError
-from acidclean.shared.filesystem import StorageError
+from acidclean.shared.filesystem import Entry, StorageError, TreeSize
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 DEFAULT_DELETE_PAGE_SIZE = 250
 MAX_DELETE_PAGE_SIZE = 1000  # S3's limit on the keys of one DeleteObjects request
 DEFAULT_DELETE_ATTEMPTS = 7
+LISTING_REUSE_S = 30.0  # how long a directory's listing answers sizes and deletes of its children
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 
@@ -225,6 +227,10 @@ class S3FileSystem(ArrowFileSystem):
         self.options = options
         self._client: Any = None
         self._client_lock = threading.Lock()
+        # The keys under each child of a recently listed directory: a cleanup's sizes and deletes come
+        # from the listing of its check instead of one more listing per directory each.
+        self._listed: dict[str, tuple[float, dict[str, list[tuple[str, int]]]]] = {}
+        self._listed_lock = threading.Lock()
 
     def _s3(self) -> Any:
         """The boto3 client, made on first use (boto3 clients are thread-safe; making one is not)."""
@@ -243,27 +249,74 @@ class S3FileSystem(ArrowFileSystem):
     def real_path(self, path: str) -> str:
         return path  # no symlinks in an object store
 
+    def list_dir(self, path: str) -> list[Entry]:
+        """The children of ``path`` from one recursive listing of every key under it (paged by 1000),
+        which also answers :meth:`tree_size` and :meth:`delete_dir` of those children for
+        ``LISTING_REUSE_S`` seconds: a cleanup check lists its table once. An obsolete directory is
+        never written again, so the keys listed are all it holds."""
+        bucket, _, prefix = path.strip("/").partition("/")
+        objects = self._list_objects(bucket, prefix + "/" if prefix else "")
+        children: dict[str, list[tuple[str, int]]] = {}
+        files: dict[str, int] = {}
+        start = len(prefix) + 1 if prefix else 0
+        for key, size in objects:
+            relative = key[start:]
+            if not relative:
+                continue  # the directory's own marker object
+            name, slash, _ = relative.partition("/")
+            if slash:
+                children.setdefault(name, []).append((key, size))
+            else:
+                files[name] = size
+        if not objects and prefix and not self.exists(path):
+            raise StorageError(f"directory {path} does not exist")
+        with self._listed_lock:
+            self._listed[path.rstrip("/")] = (time.monotonic(), children)
+        entries = [Entry(name=name, is_dir=True, size=0) for name in children if name not in files]
+        return entries + [Entry(name=name, is_dir=False, size=size) for name, size in files.items()]
+
+    def _listed_keys(self, path: str, consume: bool = False) -> list[tuple[str, int]] | None:
+        """The keys under ``path`` from a listing of its parent taken within ``LISTING_REUSE_S``."""
+        parent, _, name = path.rstrip("/").rpartition("/")
+        with self._listed_lock:
+            listed = self._listed.get(parent)
+            if listed is None or time.monotonic() - listed[0] > LISTING_REUSE_S or name not in listed[1]:
+                return None
+            return listed[1].pop(name) if consume else listed[1][name]
+
+    def tree_size(self, path: str) -> TreeSize:
+        keys = self._listed_keys(path)
+        if keys is None:
+            return super().tree_size(path)
+        files = [size for key, size in keys if not key.endswith("/")]  # "dir/" markers are no files
+        return TreeSize(len(files), sum(files))
+
     def delete_dir(self, path: str) -> None:
-        """Delete every object under ``path/``: one listing, then DeleteObjects pages of
-        ``delete_page_size`` keys, each retried until ``delete_attempts``. Raises
-        :class:`StorageError` when any key is left; a missing directory is already deleted."""
+        """Delete every object under ``path/`` (listed by a recent :meth:`list_dir` of its parent, or
+        listed now), in DeleteObjects pages of ``delete_page_size`` keys, each retried until
+        ``delete_attempts``. Raises :class:`StorageError` when any key is left; a missing directory is
+        already deleted."""
         bucket, _, prefix = path.strip("/").partition("/")
         if not prefix:
             raise StorageError(f"refusing to delete {path}: that is a whole bucket, not a directory")
-        keys = self._list_keys(bucket, prefix + "/")
+        listed = self._listed_keys(path, consume=True)
+        keys = [key for key, _ in listed] if listed is not None else self._list_keys(bucket, prefix + "/")
         for page in delete_pages(keys, self.options.delete_page_size):
             self._delete_page(bucket, path, page)
 
     def _list_keys(self, bucket: str, prefix: str) -> list[str]:
+        return [key for key, _ in self._list_objects(bucket, prefix)]
+
+    def _list_objects(self, bucket: str, prefix: str) -> list[tuple[str, int]]:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        keys: list[str] = []
+        objects: list[tuple[str, int]] = []
         try:
             for page in self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-                keys.extend(str(item["Key"]) for item in page.get("Contents", ()))
+                objects.extend((str(item["Key"]), int(item.get("Size", 0))) for item in page.get("Contents", ()))
         except (BotoCoreError, ClientError) as error:
-            raise StorageError(f"cannot list s3://{bucket}/{prefix} to delete it: {error}") from error
-        return keys
+            raise StorageError(f"cannot list s3://{bucket}/{prefix}: {error}") from error
+        return objects
 
     def _delete_page(self, bucket: str, path: str, page: Sequence[str]) -> None:
         remaining = list(page)

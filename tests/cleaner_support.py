@@ -41,6 +41,7 @@ from acidclean.schemas.events import (
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.write_ids import ValidTxnList
+from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.records import raw_record
@@ -127,18 +128,25 @@ class Table:
     def full_name(self) -> str:
         return f"{self.db}.{self.name}"
 
+    @property
+    def location_uri(self) -> str:
+        return "file:" + str(self.location)
+
     def children(self) -> list[str]:
         return sorted(os.listdir(self.location)) if self.location.exists() else []
+
+    def _directory(self, name: str) -> tuple[pafs.FileSystem, str]:
+        """The file system and path of the table's child directory ``name``."""
+        return pafs.LocalFileSystem(), str(self.location / name)
 
     def commit_deltas(self, count: int) -> list[str]:
         """``count`` committed transactions, each writing one delta with two rows."""
         names = []
-        fs = pafs.LocalFileSystem()
         for _ in range(count):
             txn = self.metastore.open_txn()
             write_id = self.metastore.allocate_write_id(txn, self.db, self.name)
             name = delta_name(write_id, write_id, 0)
-            write_bucket_file(fs, str(self.location / name), 0, insert_events(ROWS, write_id))
+            write_bucket_file(*self._directory(name), 0, insert_events(ROWS, write_id))
             self.metastore.commit_txn(txn)
             self.write_ids.append(write_id)
             names.append(name)
@@ -147,14 +155,20 @@ class Table:
     def write_compacted(self, new_name: str, write_ids: list[int], marker: VacuumMarker | None = None) -> None:
         """The vacuum's output, written under a temporary name with the vacuum's marker and renamed
         into place (atomic)."""
-        fs = pafs.LocalFileSystem()
+        fs, temporary = self._directory(f"_tmp_{new_name}")
+        self._write_compacted_files(fs, temporary, write_ids, marker)
+        os.rename(temporary, self.location / new_name)
+
+    @staticmethod
+    def _write_compacted_files(
+        fs: pafs.FileSystem, directory: str, write_ids: list[int], marker: VacuumMarker | None
+    ) -> None:
         rows = pa.concat_tables([ROWS] * len(write_ids))
         original = pa.array([w for w in write_ids for _ in range(ROWS.num_rows)], pa.int64())
-        temporary = self.location / f"_tmp_{new_name}"
-        write_bucket_file(fs, str(temporary), 0, insert_events(rows, max(write_ids), original_write_ids=original))
+        write_bucket_file(fs, directory, 0, insert_events(rows, max(write_ids), original_write_ids=original))
         if marker is not None:
-            (temporary / VACUUM_MARKER).write_bytes(marker.to_bytes())
-        os.rename(temporary, self.location / new_name)
+            with fs.open_output_stream(f"{directory}/{VACUUM_MARKER}") as out:
+                out.write(marker.to_bytes())
 
     def lock_snapshot(self) -> list[LockSnapshotEntry]:
         """The locks the metastore lists on the table now (what the vacuum records)."""
@@ -176,7 +190,7 @@ class Table:
             table=self.full_name,
             partition=self.partition,
             occurred_at=datetime.now(timezone.utc),
-            location="file:" + str(self.location),
+            location=self.location_uri,
             compaction_type="MINOR",
             new_directories=[new],
             obsolete_directories=singles if obsolete is None else obsolete,
@@ -188,6 +202,39 @@ class Table:
         )
         fields.update(changes)
         return VacuumCommitted(**fields)
+
+
+@dataclass
+class UriTable(Table):
+    """A :class:`Table` on any storage (``uri``: ``hdfs://``, ``s3a://``...). Its compacted directory
+    is written in place: a test fixture, no reader lists it meanwhile."""
+
+    uri: str = ""
+
+    @property
+    def location_uri(self) -> str:
+        return self.uri
+
+    def children(self) -> list[str]:
+        storage = open_location(self.uri)
+        if not storage.fs.exists(storage.path):
+            return []
+        return sorted(entry.name for entry in storage.fs.list_dir(storage.path))
+
+    def _directory(self, name: str) -> tuple[pafs.FileSystem, str]:
+        storage = open_location(self.uri)
+        return storage.fs.arrow, storage.child(name)
+
+    def write_compacted(self, new_name: str, write_ids: list[int], marker: VacuumMarker | None = None) -> None:
+        self._write_compacted_files(*self._directory(new_name), write_ids, marker)
+
+
+def create_uri_table(metastore: HiveMetastore, database_uri: str, name: str, *, db: str = DB) -> UriTable:
+    """A transactional table at ``database_uri/name`` on any storage the metastore reaches."""
+    metastore.create_database(db, database_uri)
+    uri = f"{database_uri.rstrip('/')}/{name}"
+    metastore.create_transactional_table(db, name, [("id", "int"), ("v", "string")], buckets=1, location=uri)
+    return UriTable(metastore, db, name, Path("/nonexistent"), uri=uri)
 
 
 def create_table(

@@ -180,6 +180,41 @@ def test_delete_dir_of_600_objects_sends_one_listing_and_three_pages_of_250(
     assert [entry.name for entry in table.fs.list_dir(table.path)] == ["base_0000009"]
 
 
+def test_a_cleanup_lists_its_table_once_for_the_children_their_sizes_and_their_deletes(
+    s3: S3Server, table: StorageLocation
+) -> None:
+    singles = [f"delta_000000{i}_000000{i}_0000" for i in (1, 2, 3)]
+    put_objects(s3.endpoint, table, [f"{name}/{file}" for name in singles for file in ("bucket_00000", "_side")])
+    write(table, "delta_0000001_0000003/bucket_00000", b"compacted")
+    before = s3.requests()
+
+    children = table.fs.list_dir(table.path)  # the cleaner's listing of one check
+    sizes = {name: table.fs.tree_size(table.child(name)) for name in singles}
+    for name in singles:
+        table.fs.delete_dir(table.child(name))
+
+    made = s3.requests() - before
+    assert made == {"ListObjectsV2": 1, "DeleteObjects": 3}
+    assert sorted(entry.name for entry in children) == sorted([*singles, "delta_0000001_0000003"])
+    assert all(size.files == 2 and size.bytes > 0 for size in sizes.values())
+    assert [entry.name for entry in table.fs.list_dir(table.path)] == ["delta_0000001_0000003"]
+
+
+def test_a_listing_too_old_to_reuse_is_not_used_for_a_delete(
+    s3: S3Server, table: StorageLocation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put_objects(s3.endpoint, table, ["delta_0000001_0000001_0000/bucket_00000"])
+    table.fs.list_dir(table.path)
+    put_objects(s3.endpoint, table, ["delta_0000001_0000001_0000/bucket_00001"])  # written after that listing
+    monkeypatch.setattr("acidclean.shared.s3_filesystem.LISTING_REUSE_S", 0.0)
+    before = s3.requests()
+
+    table.fs.delete_dir(table.child("delta_0000001_0000001_0000"))
+
+    assert s3.requests() - before == {"ListObjectsV2": 1, "DeleteObjects": 1}
+    assert not table.fs.exists(table.child("delta_0000001_0000001_0000"))
+
+
 def test_delete_dir_of_a_missing_directory_deletes_nothing(s3: S3Server, table: StorageLocation) -> None:
     write(table, "delta_0000001_0000001/bucket_00000", b"x")
     before = s3.requests()
