@@ -95,7 +95,9 @@ def test_s3_cleanups_per_second_against_a_single_threaded_loop(
     reference_requests = _per_cleanup(before, _requests(s3_stack), TABLES)
 
     watcher = Watcher(settings)
-    cleaner = start_cleaner_process(settings, tmp_path / "cleaner.log", cleaner_id="bench", extra_env=s3_stack.environment)
+    cleaner = start_cleaner_process(
+        settings, tmp_path / "cleaner.log", cleaner_id="bench", extra_env=s3_stack.environment
+    )
     try:
         publish(settings, warm_vacuum)
         watcher.wait_for(lambda: watcher.done(warm_vacuum), 60, "the warm-up cleanup")
