@@ -59,12 +59,12 @@ def hdfs_libs(log_dir: Path) -> Path:
     return libs
 
 
-def _namenode_port(uri: str) -> int:
+def _namenode_address(uri: str) -> tuple[str, int]:
     authority = uri.partition("://")[2].partition("/")[0]
     host, _, port = authority.rpartition(":")
-    if host != "127.0.0.1" or not port.isdigit():
-        raise StackError(f"{uri!r} is not a local-stack HDFS URI (hdfs://127.0.0.1:PORT)")
-    return int(port)
+    if not host or not port.isdigit():
+        raise StackError(f"{uri!r} names no NameNode host and port: expected hdfs://HOST:PORT")
+    return host, int(port)
 
 
 def _probe_client(uri: str) -> object:
@@ -74,8 +74,9 @@ def _probe_client(uri: str) -> object:
 
 
 def hdfs_ready(uri: str) -> bool:
-    """True when the NameNode at ``uri`` (``hdfs://127.0.0.1:PORT``) answers a listing of ``/``."""
-    if not port_accepts(_namenode_port(uri)):
+    """True when the NameNode at ``uri`` (``hdfs://HOST:PORT``) answers a listing of ``/``."""
+    host, port = _namenode_address(uri)
+    if not port_accepts(port, host):
         return False
     try:
         list(_probe_client(uri).list_status("/", False))  # type: ignore[attr-defined]
