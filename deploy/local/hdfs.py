@@ -11,10 +11,9 @@ launcher saw the DataNode register and a client call (hdfs-native listing ``/``)
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from acidclean.deploy.local.jars import _copy_dependencies, cache_dir
+from acidclean.deploy.local.jars import cached_jars
 from acidclean.deploy.local.process import (
     StartedProcess,
     ensure_port_free,
@@ -51,12 +50,7 @@ PROBE_CONFIG = {"dfs.client.failover.max.attempts": "0", "dfs.client.socket-time
 
 def hdfs_libs(log_dir: Path) -> Path:
     """The folder of MiniDFSCluster jars, downloading them on first use (about 87 MB)."""
-    libs = cache_dir() / "jars" / "hdfs"
-    if not any(libs.glob("hadoop-client-minicluster-*.jar")):
-        shutil.rmtree(libs, ignore_errors=True)
-        libs.parent.mkdir(parents=True, exist_ok=True)
-        _copy_dependencies(HERE / "hdfs" / "pom.xml", libs, log_dir / "maven-hdfs.log")
-    return libs
+    return cached_jars("hdfs", HERE / "hdfs" / "pom.xml", "hadoop-client-minicluster-*.jar", log_dir)
 
 
 def _namenode_address(uri: str) -> tuple[str, int]:

@@ -62,14 +62,20 @@ def _copy_dependencies(pom: Path, output: Path, log_file: Path) -> None:
     partial.rename(output)
 
 
-def kafka_libs(log_dir: Path) -> Path:
-    """The folder of Kafka broker jars, downloading them on first use."""
-    libs = cache_dir() / "jars" / "kafka"
-    if not any(libs.glob("kafka_2.13-*.jar")):
+def cached_jars(name: str, pom: Path, present: str, log_dir: Path) -> Path:
+    """The jar folder ``name`` of the cache, resolved from ``pom`` on first use (when no file matches
+    the glob ``present`` yet)."""
+    libs = cache_dir() / "jars" / name
+    if not any(libs.glob(present)):
         shutil.rmtree(libs, ignore_errors=True)
         libs.parent.mkdir(parents=True, exist_ok=True)
-        _copy_dependencies(HERE / "kafka" / "pom.xml", libs, log_dir / "maven-kafka.log")
+        _copy_dependencies(pom, libs, log_dir / f"maven-{name}.log")
     return libs
+
+
+def kafka_libs(log_dir: Path) -> Path:
+    """The folder of Kafka broker jars, downloading them on first use."""
+    return cached_jars("kafka", HERE / "kafka" / "pom.xml", "kafka_2.13-*.jar", log_dir)
 
 
 def hive3_home(log_dir: Path) -> Path:

@@ -17,7 +17,6 @@ The Hive Metastore reaches the same server through Hadoop's S3A connector: :func
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import urllib.error
 import urllib.request
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from acidclean.deploy.local.jars import _copy_dependencies, cache_dir
+from acidclean.deploy.local.jars import cached_jars
 from acidclean.deploy.local.process import (
     StartedProcess,
     ensure_port_free,
@@ -230,12 +229,7 @@ def s3_requests(request_log: Path) -> Counter[str]:
 
 def s3a_jars(log_dir: Path) -> Path:
     """The folder of S3A jars for the Hive Metastore 3.1.3 classpath, downloading them on first use."""
-    libs = cache_dir() / "jars" / "s3a"
-    if not any(libs.glob("hadoop-aws-*.jar")):
-        shutil.rmtree(libs, ignore_errors=True)
-        libs.parent.mkdir(parents=True, exist_ok=True)
-        _copy_dependencies(HERE / "s3a" / "pom.xml", libs, log_dir / "maven-s3a.log")
-    return libs
+    return cached_jars("s3a", HERE / "s3a" / "pom.xml", "hadoop-aws-*.jar", log_dir)
 
 
 def s3a_metastore_settings(endpoint: S3Endpoint) -> dict[str, str]:

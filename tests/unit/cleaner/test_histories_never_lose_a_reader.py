@@ -166,16 +166,7 @@ class CleanerHistories(RuleBasedStateMachine):
     @rule(lockless=st.booleans())
     def start_reader(self, lockless: bool) -> None:
         txn = self.open_txn()
-        lock_id = None
-        if not lockless:  # readers lock before they list (rule 2)
-            lock_id = self.world.next_lock
-            self.world.next_lock += 1
-            db, name = TABLE.split(".")
-            self.world.rig.clock.advance(1)
-            acquired_ms = self.world.rig.clock.now_ms()
-            self.metastore.locks.append(
-                LockInfo(lock_id, txn, db, name, PARTITION, "SHARED_READ", "ACQUIRED", "r", "h", acquired_ms, 1)
-            )
+        lock_id = None if lockless else self.lock_for(txn)  # readers lock before they list (rule 2)
         needs = self.needs(self.metastore.valid_write_ids("sales", "orders"), self.txns())
         self.world.readers.append(Reader(txn, lock_id, needs))
 
