@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -232,6 +233,42 @@ def test_the_seed_vacuum_cases_claim_what_hive_would_call_obsolete(
         assert plain == [f"delta_{lowest:07d}_{highest:07d}"]
     assert sorted(event.obsolete_directories) == sorted(singles)
     assert table.rows().equals(before_rows)
+
+
+@pytest.mark.rule2
+def test_a_reader_listing_at_any_moment_during_a_vacuum_reads_the_same_rows(
+    storage: StorageStack, kafka_bootstrap: str, spark: Any, unique_name: str, tmp_path: Path
+) -> None:
+    """Readers list and read in a loop while the vacuum writes and commits. On S3 the vacuum is MINOR
+    with deletes: its two directories become visible together, with T's commit. A rename commits two
+    directories one after the other (the window the README names), so there the vacuum is MAJOR."""
+    table = new_table(storage, unique_name)
+    table.write(commits=4, delete_fraction=0.2, rows=2000)
+    before = table.rows()
+    stop, reads, wrong = threading.Event(), [], []
+
+    def read_in_a_loop() -> None:
+        while not stop.is_set():
+            rows = table.rows()
+            reads.append(len(table.children()))
+            if not rows.equals(before):
+                wrong.append(rows.num_rows)
+
+    reader = threading.Thread(target=read_in_a_loop, daemon=True)
+    reader.start()
+    try:
+        result = vacuum(table, table_settings(storage, table, kafka_bootstrap, tmp_path), spark,
+                        full=storage.name != "s3")
+        committed_at = len(reads)
+        deadline = time.monotonic() + 60
+        while len(reads) < committed_at + 2 and time.monotonic() < deadline:  # reads after the commit too
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        reader.join(60)
+    assert result.status == "committed" and len(result.new_directories) == (2 if storage.name == "s3" else 1)
+    assert len(reads) >= 5 and max(reads) > min(reads)  # reads before and after the new directories appeared
+    assert wrong == [], f"{len(wrong)} of {len(reads)} reads saw other rows"
 
 
 def _plain(name: str) -> str:
