@@ -263,11 +263,17 @@ def load_settings(
     config_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    defaults_source: str = "the local stack",
 ) -> Settings:
-    """Build the settings: defaults, then the file, then the environment, then ``overrides`` (flags)."""
+    """Build the settings: the built-in defaults, then ``defaults`` (e.g. the local stack the command
+    runs in, named ``defaults_source`` in errors), then the file, then the environment, then
+    ``overrides`` (flags)."""
     import os
 
     values: dict[str, Any] = {}
+    if defaults:
+        values = _merge(values, normalise(defaults, defaults_source))
     if config_file is not None:
         values = _merge(values, normalise(read_config_file(config_file), str(config_file)))
     env_values = read_environment(os.environ if environ is None else environ)
