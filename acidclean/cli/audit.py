@@ -16,9 +16,9 @@ from pathlib import Path
 
 import click
 
+from acidclean.cli.context import command_settings
 from acidclean.consumers.audit import AuditRow, read_audit
 from acidclean.schemas.common import PARTITION_PATTERN, TABLE_PATTERN, utc_now
-from acidclean.shared.settings import load_settings
 
 COLUMNS = (
     "TABLE",
@@ -151,7 +151,7 @@ def audit(
     if plot_file is not None and table is None:
         raise click.UsageError("--plot draws one table's timeline: give DB.TABLE")
     since = parse_since(since_text, utc_now()) if since_text else None
-    settings = load_settings(config_file)
+    settings = command_settings(config_file)
     rows, reader = read_audit(settings, table=table, partition=partition, since=since)
     for topic in reader.missing_topics:
         click.echo(f"note: topic {topic} does not exist (yet); read as empty", err=True)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
+from acidclean.cli.context import command_settings
 from acidclean.consumers.cleaner_process import CleanerOptions, CleanerProcess
 from acidclean.consumers.crash_points import crash_points_from_env
 from acidclean.consumers.logs import configure_json_logging
-from acidclean.shared.settings import load_settings
 
 
 @click.command()
@@ -58,7 +58,7 @@ def cleaner(
 ) -> None:
     """Run one cleaner of the consumer group: wait for readers, delete obsolete directories, report."""
     configure_json_logging(log_level)
-    settings = load_settings(
+    settings = command_settings(
         config_file,
         overrides={
             "group_id": group,

@@ -16,11 +16,12 @@ from typing import Any, TypeVar
 
 import click
 
+from acidclean.cli.context import command_settings
 from acidclean.producers.plan import CompactionType, describe_plan, format_bytes
 from acidclean.producers.publish import PublishOutcome
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import split_table_name
-from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.settings import Settings
 
 EXIT_NOT_PUBLISHED = 3
 _Command = TypeVar("_Command", bound=Callable[..., Any])
@@ -36,7 +37,7 @@ PARTITION_SPELLING = (
 
 
 def _settings(config_file: Path | None) -> Settings:
-    return load_settings(config_file)
+    return command_settings(config_file)
 
 
 def _metastore(settings: Settings) -> HiveMetastore:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from acidclean.cli.context import stack_exports
 from acidclean.deploy.local.jars import cache_dir, hive3_home, kafka_libs
 from acidclean.deploy.local.stack import StackInfo, read_state, service_status, stack_down, stack_up
 
@@ -65,19 +66,30 @@ def up(state_dir: Path, flavour: str | None, kafka_port: int | None, metastore_p
             f"{info.storage_service.seconds_to_ready:.1f} s"
         )
     click.echo(f"  warehouse  {info.warehouse}")
-    click.echo("use it with:")
-    for line in export_lines(info):
-        click.echo(f"  {line}")
+    here = Path.cwd() / ".stack"
+    if Path(info.state_dir) == here.resolve():
+        click.echo("acidclean commands run from this directory use it; for another shell: acidclean stack env")
+    else:
+        click.echo(
+            f"acidclean commands use it with ACIDCLEAN_STATE_DIR={shlex.quote(info.state_dir)}; "
+            f"or: eval \"$(acidclean stack env --state-dir {shlex.quote(info.state_dir)})\""
+        )
 
 
 def export_lines(info: StackInfo) -> list[str]:
-    """The ``export`` lines that point acidclean at a stack."""
-    values = {
-        "ACIDCLEAN_KAFKA_BOOTSTRAP": info.kafka_bootstrap,
-        "ACIDCLEAN_METASTORE_URIS": info.metastore_uri,
-        **info.environment,
-    }
-    return [f"export {name}={shlex.quote(value)}" for name, value in values.items()]
+    """The ``export`` lines that point acidclean at a stack from any shell."""
+    return [f"export {name}={shlex.quote(value)}" for name, value in stack_exports(info).items()]
+
+
+@stack.command()
+@state_dir_option
+def env(state_dir: Path) -> None:
+    """Print the export lines that point another shell at the stack: eval "$(acidclean stack env)"."""
+    info = read_state(state_dir.resolve())
+    if info is None:
+        raise click.ClickException(f"no stack in {state_dir.resolve()}: run `acidclean stack up` first")
+    for line in export_lines(info):
+        click.echo(line)
 
 
 @stack.command()

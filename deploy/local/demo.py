@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -249,7 +250,7 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
         narrator.step(f"created transactional table {name} (2 buckets, ORC) at {location}")
         # The cleaner may delete only under the warehouse: the folder holding the database's folder.
         warehouse = location.rstrip("/").rsplit("/", 2)[0]
-        env["ACIDCLEAN_ALLOWED_ROOTS"] = json.dumps({"default": [warehouse]})
+        environ["ACIDCLEAN_ALLOWED_ROOTS"] = env["ACIDCLEAN_ALLOWED_ROOTS"] = json.dumps({"default": [warehouse]})
 
         narrator.step(f"streaming {options.commits} commits of {options.rows} rows through the ingest writer "
                       "(each: open txn, write id, SHARED_WRITE lock, delta, commit, DeltaCommitted) ...")
@@ -297,7 +298,7 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
     narrator.step(f"acidclean audit {name} --plot {plot}")
     _run(narrator, env, "audit", name, "--plot", str(plot))
     narrator.step(f"timeline drawn to {plot}")
-    exports = " ".join(f"{key}={value}" for key, value in environ.items())
+    exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in environ.items())
     narrator.step(f"done in {narrator.elapsed:.0f} s. The stack keeps running for you to explore (export {exports}); "
                   f"stop it with: acidclean stack down --state-dir {options.state_dir}")
     return narrator.elapsed
