@@ -1,23 +1,37 @@
 """One settings object for every acidclean process (DESIGN.md section 8).
 
 Values are read, lowest precedence first, from the defaults below, then a config file (Java
-``.properties`` as used by Hive and openLooKeng catalogs, or ``.json``), then ``ACIDCLEAN_*``
-environment variables, then command-line flags. The seeds' key names are accepted as they are
-(``hive.compaction-cleanup-interval``, ``hive.compaction-cleanup-threads``, ``hive.metastore.uris``)
-and openLooKeng's names are aliases. Kafka client settings are passed to confluent-kafka untouched:
-in a file either bare (``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.*``) or with a
-``kafka.`` prefix; in the environment as ``ACIDCLEAN_KAFKA_<KEY>`` with dots written as underscores.
+``.properties`` as used by Hive and openLooKeng catalogs, read as Java reads them, or ``.json``), then
+``ACIDCLEAN_*`` environment variables, then command-line flags. The seeds' key names are accepted as
+they are (``hive.compaction-cleanup-interval``, ``hive.compaction-cleanup-threads``,
+``hive.metastore.uris``) and openLooKeng's names are aliases. Durations take a unit as openLooKeng's
+(Airlift's) do (``500ms``, ``2.5s``, ``5m``, ``1h``, ``1d``); a bare number is in the setting's own unit.
+Kafka client settings are passed to confluent-kafka untouched: in a file either bare
+(``bootstrap.servers``, ``security.protocol``, ``sasl.*``, ``ssl.*``) or with a ``kafka.`` prefix; in
+the environment as ``ACIDCLEAN_KAFKA_<KEY>`` with dots written as underscores.
+
+Every error names the key as the user wrote it and where it came from (file and line, environment
+variable, flag), because its reader is an operator who has never seen the field names. An
+``ACIDCLEAN_*`` variable that is neither a setting nor one of :data:`NON_SETTING_VARIABLES` is an
+error: a misspelt variable would otherwise be silently ignored.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_origin
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+import javaproperties
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from acidclean.shared.errors import ConfigurationError
@@ -27,6 +41,62 @@ KAFKA_ENV_PREFIX = "ACIDCLEAN_KAFKA_"
 # librdkafka property names that a config file may give without the ``kafka.`` prefix.
 BARE_KAFKA_KEYS = ("bootstrap.servers", "security.protocol", "client.id")
 BARE_KAFKA_PREFIXES = ("sasl.", "ssl.")
+KAFKA_BOOTSTRAP_VARIABLES = ("ACIDCLEAN_KAFKA_BOOTSTRAP", "ACIDCLEAN_KAFKA_BOOTSTRAP_SERVERS")
+
+# ACIDCLEAN_* environment variables that are not settings, and who reads them. Any other ACIDCLEAN_*
+# name that is not a setting is refused (read_environment), so a new variable read elsewhere must be
+# listed here; tests/unit/test_settings.py checks every name the repository's code uses.
+NON_SETTING_VARIABLES: Mapping[str, str] = {
+    "ACIDCLEAN_CONFIG": "the settings file of `acidclean audit` (acidclean/cli/audit.py)",
+    "ACIDCLEAN_CACHE_DIR": "the local stack's jar cache (deploy/local/jars.py)",
+    "ACIDCLEAN_MAVEN_SETTINGS": "a Maven settings.xml for fetching the local stack's jars (deploy/local/jars.py)",
+    "ACIDCLEAN_TEST_METASTORE": "hive2 or hive3, the metastore of `stack up` and the test fixtures",
+    "ACIDCLEAN_CRASH_AT": "test-only crash point of the cleaner (consumers/crash_points.py)",
+    "ACIDCLEAN_VENV_ARCHIVE": "the virtualenv shipped to Spark (deploy/production/vacuum-spark-submit.sh)",
+}
+NON_SETTING_PREFIXES: Mapping[str, str] = {
+    "ACIDCLEAN_S3_": "the S3 client (shared/s3_filesystem.py)",
+    "ACIDCLEAN_HDFS_": "the HDFS client (shared/hdfs_filesystem.py)",
+}
+
+# The cleaner's flags for the settings they override, so that an error names the flag that was typed.
+COMMAND_LINE_FLAGS: Mapping[str, str] = {
+    "group_id": "--group",
+    "cleanup_threads": "--threads",
+    "cleanup_interval_ms": "--interval-ms",
+    "tenant": "--tenant",
+    "max_wait_s": "--max-wait",
+}
+
+# Airlift's Duration units (what openLooKeng's *-interval properties take), in milliseconds.
+DURATION_UNITS_MS: Mapping[str, int] = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+
+
+def _duration_in(unit: Literal["ms", "s"]) -> BeforeValidator:
+    """A validator that turns ``2000`` (in ``unit``), ``500ms``, ``2.5s``, ``5m``, ``1h`` or ``1d`` into a
+    number of ``unit``; a value that is not a string is taken as already in ``unit``."""
+    unit_name = {"ms": "milliseconds", "s": "seconds"}[unit]
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        match = _DURATION.fullmatch(value)
+        if match is None or (match[2] and match[2] not in DURATION_UNITS_MS):
+            raise PydanticCustomError(
+                "duration",
+                f"not a duration (use a number of {unit_name} or a value with a unit: 500ms, 2s, 5m, 1h, 1d)",
+            )
+        milliseconds = Decimal(match[1]) * DURATION_UNITS_MS[match[2] or unit]
+        if unit == "ms":  # a whole number of milliseconds, rounded as Airlift's Duration.toMillis does
+            return int(milliseconds.to_integral_value(ROUND_HALF_UP))
+        return float(milliseconds / 1000)
+
+    return BeforeValidator(convert)
+
+
+Milliseconds = Annotated[int, _duration_in("ms")]
+Seconds = Annotated[float, _duration_in("s")]
 
 
 class TopicNames(BaseModel):
@@ -52,7 +122,7 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True
     )
 
-    cleanup_interval_ms: int = Field(
+    cleanup_interval_ms: Milliseconds = Field(
         2000,
         gt=0,
         validation_alias=_alias(
@@ -75,7 +145,7 @@ class Settings(BaseSettings):
         validation_alias=_alias("metastore_uris", "hive.metastore.uris"),
         description="Comma-separated thrift:// URIs of the Hive Metastore; the first that answers is used.",
     )
-    metastore_timeout_s: float = Field(10.0, gt=0, description="Per-call metastore timeout.")
+    metastore_timeout_s: Seconds = Field(10.0, gt=0, description="Per-call metastore timeout.")
     kafka: dict[str, str] = Field(
         default_factory=lambda: {"bootstrap.servers": "127.0.0.1:9092"},
         description="confluent-kafka client settings, passed through untouched.",
@@ -92,15 +162,15 @@ class Settings(BaseSettings):
         description="Per tenant, the storage roots under which the cleaner may delete anything.",
     )
     group_id: str = Field("acidclean-cleaner", description="The cleaner consumer group.")
-    max_wait_s: float = Field(86400.0, gt=0, description="After this long a waiting cleanup is reported as stuck.")
+    max_wait_s: Seconds = Field(86400.0, gt=0, description="After this long a waiting cleanup is reported as stuck.")
     state_dir: Path = Field(Path(".stack"), description="Local stack state, logs and the vacuum outbox.")
-    abandoned_staging_s: float = Field(
+    abandoned_staging_s: Seconds = Field(
         3600.0, gt=0, description="A vacuum's staging directory unchanged this long is removed by the next vacuum."
     )
-    vacuum_lock_wait_s: float = Field(
+    vacuum_lock_wait_s: Seconds = Field(
         10.0, ge=0, description="How long a vacuum waits for another vacuum of the same table or partition."
     )
-    vacuum_lock_stale_s: float = Field(
+    vacuum_lock_stale_s: Seconds = Field(
         300.0, gt=0, description="A vacuum lock whose holder sent no heartbeat this long is released (a dead vacuum)."
     )
     vacuum_commit: Literal["auto", "rename", "visibility-txn"] = Field(
@@ -167,86 +237,198 @@ def _is_kafka_key(key: str) -> bool:
     return key in BARE_KAFKA_KEYS or key.startswith(BARE_KAFKA_PREFIXES)
 
 
-def normalise(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
-    """Map a flat or nested dictionary of settings to field names; unknown keys are an error."""
+def _is_structured(field: str) -> bool:
+    """Whether a field holds a JSON object or list (given as JSON text in a properties file or a variable)."""
+    annotation = Settings.model_fields[field].annotation
+    return get_origin(annotation) in (dict, list) or (
+        isinstance(annotation, type) and issubclass(annotation, BaseModel)
+    )
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """One value as the user wrote it, and where: ``hive.compaction-cleanup-interval=5x in /etc/a.properties:3``."""
+
+    key: str
+    value: Any
+    where: str
+
+    def __str__(self) -> str:
+        shown = (self.value or "''") if isinstance(self.value, str) else json.dumps(self.value, default=str)
+        return f"{self.key}={shown} {self.where}"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One setting of one layer: its key (a field name, an alias, ``kafka.*``, ``topics.*``) and origin."""
+
+    key: str
+    value: Any
+    origin: _Origin
+
+
+def _json_value(value: str, origin: _Origin) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as error:
+        raise ConfigurationError(f"{origin}: not JSON ({error.msg} at column {error.colno})") from error
+
+
+def _unknown_key(key: str, where: str, keys: Iterable[str]) -> ConfigurationError:
+    known = sorted(k for k in keys if not k.startswith("_"))
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}? The " if close else "the "
+    return ConfigurationError(
+        f"unknown setting {key!r} {where}; {hint}known settings are: {', '.join(known)}, "
+        "and Kafka client settings as 'kafka.<name>'"
+    )
+
+
+def _normalise(entries: Iterable[_Entry]) -> tuple[dict[str, Any], dict[str, _Origin]]:
+    """Map one layer's keys to field names, and each field (or ``topics.<name>``) to its origin."""
     keys = _field_keys()
     result: dict[str, Any] = {}
+    origins: dict[str, _Origin] = {}
     kafka: dict[str, str] = {}
-    for key, value in raw.items():
-        if key == "kafka" and isinstance(value, Mapping):
+    for entry in entries:
+        key, value = entry.key, entry.value
+        if key == "kafka":
+            value = _json_value(value, entry.origin) if isinstance(value, str) else value
+            if not isinstance(value, Mapping):
+                raise ConfigurationError(f"{entry.origin}: Kafka client settings must be a JSON object")
             kafka.update({str(k): str(v) for k, v in value.items()})
         elif key.startswith("kafka."):
             kafka[key.removeprefix("kafka.")] = str(value)
         elif key in keys:
-            result[keys[key]] = value
+            field = keys[key]
+            if isinstance(value, str) and _is_structured(field):
+                value = _json_value(value, entry.origin)
+            if field == "topics" and isinstance(value, Mapping):
+                value = {**result.get("topics", {}), **value}
+            result[field] = value
+            origins[field] = entry.origin
         elif _is_kafka_key(key):
             kafka[key] = str(value)
         elif key.startswith("topics."):
-            result.setdefault("topics", {})[key.removeprefix("topics.")] = value
+            name = key.removeprefix("topics.")
+            result.setdefault("topics", {})[name] = value
+            origins[f"topics.{name}"] = entry.origin
         else:
-            known = ", ".join(sorted(k for k in keys if not k.startswith("_")))
-            raise ConfigurationError(
-                f"unknown setting {key!r} in {source}; known settings are: {known}, "
-                "and Kafka client settings as 'kafka.<name>'"
-            )
+            raise _unknown_key(key, entry.origin.where, keys)
     if kafka:
         result["kafka"] = kafka
-    return result
+    return result, origins
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Read a ``.properties`` or ``.json`` config file into a flat dictionary."""
+def normalise(raw: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Map a flat or nested dictionary of settings to field names; unknown keys are an error."""
+    where = f"in {source}"
+    values, _ = _normalise(_Entry(str(key), value, _Origin(str(key), value, where)) for key, value in raw.items())
+    return values
+
+
+def _line_count(source: str) -> int:
+    return source.count("\n") + source.count("\r") - source.count("\r\n")
+
+
+def _properties_entries(text: str, path: Path) -> list[_Entry]:
+    """The key-value pairs of a ``.properties`` file as Java reads them (continuations, ``key value``,
+    ``key:value``, ``#``/``!`` comments, ``\\uXXXX``), each with the line it starts on."""
+    entries: list[_Entry] = []
+    line = 1
     try:
-        text = path.read_text(encoding="utf-8")
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue):
+                origin = _Origin(element.key, element.value, f"in {path}:{line}")
+                entries.append(_Entry(element.key, element.value, origin))
+            line += _line_count(element.source)
+    except javaproperties.InvalidUEscapeError as error:
+        raise ConfigurationError(
+            f"{path}:{line}: {error.escape} is not a unicode escape (\\u and four hexadecimal digits)"
+        ) from error
+    return entries
+
+
+def _config_file_entries(path: Path) -> list[_Entry]:
+    try:
+        data = path.read_bytes()
     except OSError as error:
         raise ConfigurationError(f"cannot read config file {path}: {error.strerror}") from error
     if path.suffix == ".json":
         try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as error:
+            loaded = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ConfigurationError(f"config file {path} is not valid JSON: {error}") from error
         if not isinstance(loaded, dict):
             raise ConfigurationError(f"config file {path} must hold a JSON object")
-        return loaded
-    values: dict[str, Any] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped or stripped.startswith(("#", "!")):
+        return [_Entry(key, value, _Origin(key, value, f"in {path}")) for key, value in loaded.items()]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")  # what Java's Properties.load(InputStream) assumes
+    return _properties_entries(text, path)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read a ``.properties`` or ``.json`` config file into a flat dictionary."""
+    return {entry.key: entry.value for entry in _config_file_entries(path)}
+
+
+def _setting_of_variable(name: str) -> str | None:
+    field = name.removeprefix(ENV_PREFIX).lower()
+    return field if name.startswith(ENV_PREFIX) and field in Settings.model_fields else None
+
+
+def _is_known_variable(name: str) -> bool:
+    return (
+        _setting_of_variable(name) is not None
+        or name in NON_SETTING_VARIABLES
+        or name.startswith((KAFKA_ENV_PREFIX, *NON_SETTING_PREFIXES))
+    )
+
+
+def check_environment_names(names: Iterable[str]) -> None:
+    """Refuse an ``ACIDCLEAN_*`` name that is neither a setting nor a known non-setting variable."""
+    for name in names:
+        if not name.startswith(ENV_PREFIX) or _is_known_variable(name):
             continue
-        separator = min((i for i in (stripped.find("="), stripped.find(":")) if i > 0), default=-1)
-        if separator < 0:
-            raise ConfigurationError(f"{path}:{number}: expected 'key=value', found {stripped!r}")
-        values[stripped[:separator].strip()] = stripped[separator + 1 :].strip()
-    return values
+        candidates = [ENV_PREFIX + field.upper() for field in Settings.model_fields]
+        candidates += [*NON_SETTING_VARIABLES, *KAFKA_BOOTSTRAP_VARIABLES]
+        # Compared without the prefix every candidate shares, which would make anything look close.
+        close = difflib.get_close_matches(
+            name.removeprefix(ENV_PREFIX), [c.removeprefix(ENV_PREFIX) for c in candidates], n=1
+        )
+        if close:
+            raise ConfigurationError(f"unknown environment variable {name}; did you mean {ENV_PREFIX}{close[0]}?")
+        prefixes = ", ".join(f"{prefix}*" for prefix in (KAFKA_ENV_PREFIX, *NON_SETTING_PREFIXES))
+        raise ConfigurationError(
+            f"unknown environment variable {name}; the ACIDCLEAN_* variables are {', '.join(sorted(candidates))} "
+            f"and {prefixes}"
+        )
+
+
+def _environment_entries(environ: Mapping[str, str]) -> list[_Entry]:
+    check_environment_names(environ)
+    entries: list[_Entry] = []
+    for name, value in environ.items():
+        origin = _Origin(name, value, "in the environment")
+        field = _setting_of_variable(name)
+        if name in KAFKA_BOOTSTRAP_VARIABLES:
+            entries.append(_Entry("kafka.bootstrap.servers", value, origin))
+        elif name.startswith(KAFKA_ENV_PREFIX):
+            kafka_key = name.removeprefix(KAFKA_ENV_PREFIX).lower().replace("_", ".")
+            entries.append(_Entry(f"kafka.{kafka_key}", value, origin))
+        elif field is not None:
+            entries.append(_Entry(field, value, origin))
+        # Other known ACIDCLEAN_* variables (storage clients, test switches) are read where they are used.
+    return entries
 
 
 def read_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Collect ``ACIDCLEAN_*`` variables; ``ACIDCLEAN_KAFKA_<KEY>`` become Kafka client settings."""
-    values: dict[str, Any] = {}
-    kafka: dict[str, str] = {}
-    for name, value in environ.items():
-        if name in ("ACIDCLEAN_KAFKA_BOOTSTRAP", "ACIDCLEAN_KAFKA_BOOTSTRAP_SERVERS"):
-            kafka["bootstrap.servers"] = value
-        elif name.startswith(KAFKA_ENV_PREFIX):
-            kafka[name.removeprefix(KAFKA_ENV_PREFIX).lower().replace("_", ".")] = value
-        elif name.startswith(ENV_PREFIX):
-            field = name.removeprefix(ENV_PREFIX).lower()
-            if field in Settings.model_fields:
-                annotation = Settings.model_fields[field].annotation
-                values[field] = _parse_env_value(name, value, annotation)
-            # Other ACIDCLEAN_* variables (test switches such as ACIDCLEAN_TEST_METASTORE) are not settings.
-    if kafka:
-        values["kafka"] = kafka
+    """Collect ``ACIDCLEAN_*`` variables; ``ACIDCLEAN_KAFKA_<KEY>`` become Kafka client settings. An
+    unknown ``ACIDCLEAN_*`` name is an error (see :data:`NON_SETTING_VARIABLES`)."""
+    values, _ = _normalise(_environment_entries(environ))
     return values
-
-
-def _parse_env_value(name: str, value: str, annotation: Any) -> Any:
-    if annotation in (int, float, str, Path):
-        return value
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as error:
-        raise ConfigurationError(f"environment variable {name} must hold JSON: {error}") from error
 
 
 def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,6 +441,18 @@ def _merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _problem(error: ErrorDetails, origins: Mapping[str, _Origin]) -> str:
+    """One validation error, told with the key and place the value came from."""
+    loc = [str(part) for part in error["loc"]]
+    message = error["msg"][:1].lower() + error["msg"][1:]
+    for depth in range(len(loc), 0, -1):
+        origin = origins.get(".".join(loc[:depth]))
+        if origin is not None:
+            inner = ".".join(loc[depth:])
+            return f"{origin}: {message}" + (f" (at {inner})" if inner else "")
+    return f"{'.'.join(loc)}: {message}"
+
+
 def load_settings(
     config_file: Path | None = None,
     environ: Mapping[str, str] | None = None,
@@ -269,24 +463,30 @@ def load_settings(
     """Build the settings: the built-in defaults, then ``defaults`` (e.g. the local stack the command
     runs in, named ``defaults_source`` in errors), then the file, then the environment, then
     ``overrides`` (flags)."""
-    import os
-
-    values: dict[str, Any] = {}
+    layers: list[list[_Entry]] = []
     if defaults:
-        values = _merge(values, normalise(defaults, defaults_source))
+        where = f"from {defaults_source}"
+        layers.append([_Entry(key, value, _Origin(key, value, where)) for key, value in defaults.items()])
     if config_file is not None:
-        values = _merge(values, normalise(read_config_file(config_file), str(config_file)))
-    env_values = read_environment(os.environ if environ is None else environ)
-    values = _merge(values, normalise(env_values, "the environment"))
+        layers.append(_config_file_entries(config_file))
+    layers.append(_environment_entries(os.environ if environ is None else environ))
     if overrides:
-        flags = {key: value for key, value in overrides.items() if value is not None}
-        values = _merge(values, normalise(flags, "the command line"))
+        layers.append(
+            [
+                _Entry(key, value, _Origin(COMMAND_LINE_FLAGS.get(key, key), value, "on the command line"))
+                for key, value in overrides.items()
+                if value is not None
+            ]
+        )
+    values: dict[str, Any] = {}
+    origins: dict[str, _Origin] = {}
+    for layer in layers:
+        layer_values, layer_origins = _normalise(layer)
+        values = _merge(values, layer_values)
+        origins.update(layer_origins)
     if "kafka" in values:
         values["kafka"] = {**Settings.model_fields["kafka"].get_default(call_default_factory=True), **values["kafka"]}
     try:
         return Settings(**values)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in item['loc'])}: {item['msg']}" for item in error.errors()
-        )
-        raise ConfigurationError(f"invalid settings: {problems}") from error
+        raise ConfigurationError("; ".join(_problem(item, origins) for item in error.errors())) from error
