@@ -97,9 +97,19 @@ def hdfs_stack(local_stack: Services, metastore: HiveMetastore, metastore_uri: s
     from acidclean.deploy.local.hdfs import start_hdfs
     from acidclean.deploy.local.process import stop_process
 
-    process, namenode = start_hdfs(local_stack.state_dir / "hdfs-storage")
+    state_dir = local_stack.state_dir / "hdfs-storage"
+    process, namenode = start_hdfs(state_dir)
     try:
-        yield StorageStack("hdfs", metastore, metastore_uri, local_stack.metastore_flavour, f"{namenode}/warehouse", {})
+        yield StorageStack(
+            "hdfs",
+            metastore,
+            metastore_uri,
+            local_stack.metastore_flavour,
+            f"{namenode}/warehouse",
+            {},
+            request_log=state_dir / "logs" / "hdfs-audit.log",
+            namenode=namenode,
+        )
     finally:
         stop_process(process.pid, process.name)
 
@@ -129,7 +139,14 @@ def s3_stack(local_stack: Services) -> Iterator[StorageStack]:
         stoppers.append(lambda: stop_process(process.pid, process.name))
         with HiveMetastore(uri) as client:
             yield StorageStack(
-                "s3", client, uri, "hive3", endpoint.uri("warehouse"), endpoint.environment(), s3_request_log(state_dir)
+                "s3",
+                client,
+                uri,
+                "hive3",
+                endpoint.uri("warehouse"),
+                endpoint.environment(),
+                request_log=s3_request_log(state_dir),
+                s3_endpoint=endpoint,
             )
     finally:
         for stop in reversed(stoppers):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from acidclean.deploy.local.s3 import S3Endpoint
 from acidclean.shared.hive_metastore import HiveMetastore
 
 
@@ -19,4 +20,6 @@ class StorageStack:
     flavour: str
     warehouse: str | None  # None: the metastore's own default on the local disk
     environment: dict[str, str]
-    request_log: Path | None = None  # the S3 server's request log
+    request_log: Path | None = None  # the S3 server's request log, or the NameNode's audit log
+    namenode: str | None = None  # hdfs://127.0.0.1:PORT
+    s3_endpoint: S3Endpoint | None = None

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.orc as orc
 import pytest
+from storage_support import StorageStack
 
-from acidclean.deploy.local.hdfs import hdfs_ready, start_hdfs
-from acidclean.deploy.local.process import free_port, stop_process
+from acidclean.deploy.local.hdfs import hdfs_ready
+from acidclean.deploy.local.process import free_port
 from acidclean.shared.arrow_filesystem import StorageLocation, open_location
 from acidclean.shared.filesystem import Entry, StorageError, TreeSize
 from acidclean.shared.hdfs_filesystem import open_hdfs
@@ -35,13 +35,10 @@ class Hdfs:
 
 
 @pytest.fixture(scope="module")
-def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hdfs]:
-    state_dir = tmp_path_factory.mktemp("hdfs")
-    process, uri = start_hdfs(state_dir)
-    try:
-        yield Hdfs(uri, state_dir / "logs" / "hdfs-audit.log")
-    finally:
-        stop_process(process.pid, process.name)
+def hdfs(hdfs_stack: StorageStack) -> Hdfs:
+    """The session's HDFS (one per test session, started by the ``hdfs_stack`` fixture)."""
+    assert hdfs_stack.namenode is not None and hdfs_stack.request_log is not None
+    return Hdfs(hdfs_stack.namenode, hdfs_stack.request_log)
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ import boto3
 import pyarrow as pa
 import pyarrow.orc as orc
 import pytest
+from storage_support import StorageStack
 
-from acidclean.deploy.local.process import stop_process
-from acidclean.deploy.local.s3 import S3Endpoint, s3_ready, s3_request_log, s3_requests, start_s3
+from acidclean.deploy.local.s3 import S3Endpoint, s3_ready, s3_requests
 from acidclean.shared.arrow_filesystem import StorageLocation, open_location
 from acidclean.shared.filesystem import StorageError, TreeSize
 from acidclean.shared.s3_filesystem import s3_options
@@ -44,22 +44,19 @@ class S3Server:
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """moto on a free port, and this process's environment pointing the S3 client at it."""
-    state_dir = tmp_path_factory.mktemp("s3")
-    process, endpoint = start_s3(state_dir)
+def s3(s3_stack: StorageStack) -> Iterator[S3Server]:
+    """The session's S3 server (one per test session, started by the ``s3_stack`` fixture, which points
+    this process's environment at it), with the client's tuning variables unset."""
+    assert s3_stack.s3_endpoint is not None and s3_stack.request_log is not None
     environment = pytest.MonkeyPatch()
     try:
-        for name, value in endpoint.environment().items():
-            environment.setenv(name, value)
         for name in ("ACIDCLEAN_S3_DELETE_PAGE_SIZE", "ACIDCLEAN_S3_DELETE_ATTEMPTS", "AWS_PROFILE",
                      "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
             environment.delenv(name, raising=False)
         environment.setenv("NO_PROXY", "127.0.0.1")
-        yield S3Server(endpoint, s3_request_log(state_dir))
+        yield S3Server(s3_stack.s3_endpoint, s3_stack.request_log)
     finally:
         environment.undo()
-        stop_process(process.pid, process.name)
 
 
 @pytest.fixture
