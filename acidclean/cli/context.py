@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from acidclean.deploy.local.process import pid_alive
-from acidclean.deploy.local.stack import StackInfo, read_state
+from acidclean.deploy.local.stack import DamagedStateError, StackInfo, read_state
 from acidclean.shared.settings import Settings, load_settings
 
 DEFAULT_TENANT = "default"
@@ -30,11 +30,16 @@ def stack_state_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def running_stack(state_dir: Path) -> StackInfo | None:
-    """The stack recorded in ``state_dir`` if its services' processes are alive, else None."""
-    info = read_state(state_dir)
+    """The stack recorded in ``state_dir`` if its services' processes are alive, else None (with a
+    note when a damaged ``stack.json`` is ignored: a command does not need the stack to run)."""
+    try:
+        info = read_state(state_dir)
+    except DamagedStateError as error:
+        click.echo(f"note: not using the local stack: {error}", err=True)
+        return None
     if info is None:
         return None
-    if not all(pid_alive(service.pid) for service in info.services):
+    if not all(pid_alive(service.pid, service.start_time) for service in info.services):
         click.echo(
             f"note: the local stack in {state_dir} is not running (run `acidclean stack up`, or "
             "`acidclean stack down` to forget it); not using it",

@@ -3,7 +3,9 @@
 A service writes its output to a log file in its state directory. Starting waits for a readiness
 probe; when the process exits early or the probe never succeeds, the error names the cause and
 shows the tail of the log. Stopping sends SIGTERM to the process (its shutdown hooks run), waits,
-then SIGKILL. Nothing is ever found or killed by name.
+then SIGKILL. Nothing is ever found or killed by name, and a recorded pid is signalled only while
+the process holding it started when the recorded one did: a pid is reused once its process is gone,
+and the newcomer is a stranger.
 """
 
 from __future__ import annotations
@@ -74,7 +76,48 @@ def log_tail(log_file: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(f"    {line}" for line in tail) if tail else "(log is empty)"
 
 
-def pid_alive(pid: int) -> bool:
+def process_start_time(pid: int) -> int | None:
+    """When process ``pid`` started, as the system counts it (clock ticks since boot: field 22 of
+    ``/proc/<pid>/stat``; where there is no ``/proc``, seconds since the epoch from ``ps``). With the
+    pid, it names one process: a reused pid has another start time. None when no such process runs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except FileNotFoundError:
+        return None if Path("/proc/self/stat").exists() else _ps_start_time(pid)
+    except OSError:
+        return None
+    # Field 2 (the command name) may hold spaces and parentheses: count the fields after its last ')'.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started, in seconds since the epoch (to the clock tick); None when none runs."""
+    ticks = process_start_time(pid)
+    if ticks is None or not Path("/proc/stat").exists():
+        return None if ticks is None else float(ticks)  # without /proc, ``ps`` gave seconds already
+    boot = next(
+        int(line.split()[1]) for line in Path("/proc/stat").read_text(encoding="ascii").splitlines()
+        if line.startswith("btime ")
+    )
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _ps_start_time(pid: int) -> int | None:
+    completed = subprocess.run(
+        ["ps", "-o", "lstart=", "-p", str(pid)], capture_output=True, text=True, check=False, env={"LC_ALL": "C"}
+    )
+    text = completed.stdout.strip()
+    if completed.returncode != 0 or not text:
+        return None
+    return int(time.mktime(time.strptime(text, "%a %b %d %H:%M:%S %Y")))
+
+
+def pid_alive(pid: int, start_time: int | None = None) -> bool:
+    """Whether process ``pid`` runs, and when ``start_time`` is given, whether it is still the process
+    that started then (see :func:`process_start_time`) rather than a newcomer given the same pid."""
+    if start_time is not None and process_start_time(pid) != start_time:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -97,6 +140,7 @@ class StartedProcess:
     pid: int
     log_file: Path
     seconds_to_ready: float
+    start_time: int | None = None  # see process_start_time: with the pid, which process this is
 
 
 def run_to_completion(
@@ -137,6 +181,8 @@ def start_service(
         process = subprocess.Popen(
             list(command), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
+    # Read now: until this process reaps its child, the pid cannot pass to another process.
+    start_time = process_start_time(process.pid)
     deadline = started + timeout_s
     while time.monotonic() < deadline:
         code = process.poll()
@@ -145,31 +191,45 @@ def start_service(
                 f"{name} exited with code {code} while starting. Log {log_file}:\n{log_tail(log_file)}"
             )
         if ready():
-            return StartedProcess(name, process.pid, log_file, time.monotonic() - started)
+            return StartedProcess(name, process.pid, log_file, time.monotonic() - started, start_time)
         time.sleep(0.25)
-    stop_process(process.pid, name)
+    stop_process(process.pid, name, start_time=start_time)
     raise StackError(
         f"{name} did not become ready within {timeout_s:.0f} s and was stopped. "
         f"Log {log_file}:\n{log_tail(log_file)}"
     )
 
 
-def stop_process(pid: int, name: str, timeout_s: float = 30.0) -> bool:
-    """SIGTERM the process ``pid``, then SIGKILL after ``timeout_s``. Returns whether it was running."""
-    if not pid_alive(pid):
+def stop_process(pid: int, name: str, timeout_s: float = 30.0, *, start_time: int | None = None) -> bool:
+    """SIGTERM the process ``pid``, then SIGKILL after ``timeout_s``. Returns whether it was running.
+
+    With ``start_time`` (see :func:`process_start_time`), a process that has another start time is
+    not the one meant: it is left alone and counts as not running (:func:`process_replaced` tells).
+    """
+    if not pid_alive(pid, start_time):
         return False
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not pid_alive(pid):
+        if not pid_alive(pid, start_time):
             return True
         time.sleep(0.1)
+    if not pid_alive(pid, start_time):  # checked again right before SIGKILL: the pid may have passed on
+        return True
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and pid_alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid, start_time):
         time.sleep(0.1)
-    if pid_alive(pid):
+    if pid_alive(pid, start_time):
         raise StackError(f"{name} (pid {pid}) did not stop after SIGKILL")
     return True
+
+
+def process_replaced(pid: int, start_time: int | None) -> bool:
+    """True when ``pid`` now belongs to another process than the one that started at ``start_time``."""
+    if start_time is None:
+        return False
+    current = process_start_time(pid)
+    return current is not None and current != start_time

@@ -4,25 +4,44 @@
 local disk) followed by the Hive Metastore whose warehouse lives there (the machine has two cores and
 these JVMs spend their start-up mostly waiting), and records what runs where in ``stack.json`` in the
 state directory. ``up`` on a running stack returns the running stack. ``down`` stops each service by
-the process id recorded at start and removes the state directory.
+the process id recorded at start, and only while that pid still names the process started then (its
+start time is recorded beside it), and removes the state directory. A damaged ``stack.json`` is one
+:class:`DamagedStateError` naming the file and the way out, ``down --forget``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from acidclean.deploy.local.kafka import kafka_ready, start_kafka
 from acidclean.deploy.local.metastore import metastore_ready, start_metastore
-from acidclean.deploy.local.process import StartedProcess, pid_alive, port_accepts, stop_process
+from acidclean.deploy.local.process import (
+    StartedProcess,
+    pid_alive,
+    port_accepts,
+    process_replaced,
+    process_start_time,
+    process_started_at,
+    stop_process,
+)
 from acidclean.deploy.local.storage import StorageService, check_storage, start_storage
 from acidclean.shared.errors import StackError
 
 STATE_FILE = "stack.json"
+# The start time given to a service of an old stack.json (written before start times were recorded)
+# whose pid now belongs to a process younger than the file: no process has it, so none is signalled.
+NOT_THIS_PROCESS = -1
+
+
+class DamagedStateError(StackError):
+    """``stack.json`` cannot be read: truncated, not JSON, or missing what a stack records."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +51,29 @@ class ServiceInfo:
     address: str
     log_file: str
     seconds_to_ready: float
+    start_time: int | None = None  # see process_start_time; None in files written before it was recorded
+
+    @staticmethod
+    def from_raw(raw: Any, key: str) -> ServiceInfo:
+        if not isinstance(raw, dict):
+            raise ValueError(f"{key!r} is not an object")
+        missing = [name for name in ("name", "pid", "address", "log_file") if name not in raw]
+        if missing:
+            raise ValueError(f"{key!r} has no {', '.join(map(repr, missing))}")
+        for name in ("pid", "start_time"):
+            value = raw.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{key}.{name} is {value!r}, not a positive integer")
+        if raw["pid"] is None:
+            raise ValueError(f"{key}.pid is null")
+        return ServiceInfo(
+            name=str(raw["name"]),
+            pid=raw["pid"],
+            address=str(raw["address"]),
+            log_file=str(raw["log_file"]),
+            seconds_to_ready=float(raw.get("seconds_to_ready") or 0.0),
+            start_time=raw.get("start_time"),
+        )
 
 
 @dataclass(frozen=True)
@@ -63,34 +105,90 @@ class StackInfo:
 
     @staticmethod
     def from_json(text: str) -> StackInfo:
+        """The stack ``text`` records; ValueError (JSONDecodeError included) when it records none."""
         raw = json.loads(text)
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        required = ("state_dir", "kafka", "metastore", "metastore_flavour", "warehouse")
+        missing = [key for key in required if key not in raw]
+        if missing:
+            raise ValueError(f"no {', '.join(map(repr, missing))}")
         return StackInfo(
-            state_dir=raw["state_dir"],
-            kafka=ServiceInfo(**raw["kafka"]),
-            metastore=ServiceInfo(**raw["metastore"]),
-            metastore_flavour=raw["metastore_flavour"],
-            warehouse=raw["warehouse"],
-            started_at=raw["started_at"],
-            storage=raw.get("storage", "local"),
-            storage_service=ServiceInfo(**raw["storage_service"]) if raw.get("storage_service") else None,
-            environment=dict(raw.get("environment") or {}),
+            state_dir=str(raw["state_dir"]),
+            kafka=ServiceInfo.from_raw(raw["kafka"], "kafka"),
+            metastore=ServiceInfo.from_raw(raw["metastore"], "metastore"),
+            metastore_flavour=str(raw["metastore_flavour"]),
+            warehouse=str(raw["warehouse"]),
+            started_at=float(raw.get("started_at") or 0.0),
+            storage=str(raw.get("storage", "local")),
+            storage_service=(
+                ServiceInfo.from_raw(raw["storage_service"], "storage_service") if raw.get("storage_service") else None
+            ),
+            environment={str(k): str(v) for k, v in dict(raw.get("environment") or {}).items()},
         )
 
 
 def _service(process: StartedProcess, address: str) -> ServiceInfo:
-    return ServiceInfo(process.name, process.pid, address, str(process.log_file), round(process.seconds_to_ready, 2))
+    return ServiceInfo(
+        process.name, process.pid, address, str(process.log_file), round(process.seconds_to_ready, 2),
+        process.start_time,
+    )
+
+
+def forget_hint(state_dir: Path) -> str:
+    return f"remove it, or run `acidclean stack down --forget --state-dir {state_dir}` to stop nothing and forget it"
 
 
 def read_state(state_dir: Path) -> StackInfo | None:
+    """The stack recorded in ``state_dir``, None when there is none; DamagedStateError when the record
+    cannot be read."""
     state_file = state_dir / STATE_FILE
-    if not state_file.exists():
+    try:
+        text = state_file.read_text(encoding="utf-8")
+        info = StackInfo.from_json(text)
+        written_at = state_file.stat().st_mtime
+    except FileNotFoundError:
         return None
-    return StackInfo.from_json(state_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError) as error:
+        if isinstance(error, json.JSONDecodeError):
+            reason = f"not JSON: {error}"
+        else:
+            reason = (error.strerror if isinstance(error, OSError) else str(error)) or type(error).__name__
+        raise DamagedStateError(f"{state_file} is damaged ({reason}): {forget_hint(state_dir)}") from None
+    return _with_start_times(info, written_at)
+
+
+def _with_start_times(info: StackInfo, written_at: float) -> StackInfo:
+    """Give the services of a file written before start times were recorded one: the current process
+    of the pid if it started before the file was written (every service did), else none can be it."""
+
+    def identified(service: ServiceInfo | None) -> ServiceInfo | None:
+        if service is None or service.start_time is not None:
+            return service
+        started_at = process_started_at(service.pid)
+        if started_at is None:
+            return service  # gone: nothing to signal
+        own = started_at <= written_at + 1.0
+        start_time = process_start_time(service.pid) if own else NOT_THIS_PROCESS
+        return dataclasses.replace(service, start_time=start_time)
+
+    kafka, metastore = identified(info.kafka), identified(info.metastore)
+    assert kafka is not None and metastore is not None
+    return dataclasses.replace(
+        info, kafka=kafka, metastore=metastore, storage_service=identified(info.storage_service)
+    )
+
+
+def replaced_note(service: ServiceInfo) -> str:
+    return f"pid {service.pid} ({service.name}) is now another process; not stopping it"
 
 
 def service_status(info: ServiceInfo) -> str:
-    """``running``, ``not answering`` (process alive, probe fails) or ``stopped``."""
-    if not pid_alive(info.pid):
+    """``running``, ``not answering`` (process alive, probe fails), ``stopped``, or ``stopped (pid N is
+    now another process)`` when the pid was given to a process started since."""
+    if process_replaced(info.pid, info.start_time):
+        return f"stopped (pid {info.pid} is now another process)"
+    if not pid_alive(info.pid, info.start_time):
         return "stopped"
     if info.address.startswith("thrift://"):
         answering = metastore_ready(int(info.address.rsplit(":", 1)[1]))
@@ -156,7 +254,7 @@ def stack_up(
         started_processes = [process for process, _ in results.values()]
         started_processes += [s.process for s in storage_started if s.process is not None]
         for process in started_processes:
-            stop_process(process.pid, process.name)
+            stop_process(process.pid, process.name, start_time=process.start_time)
         raise StackError("\n\n".join(failures))
     kafka_process, bootstrap = results["kafka"]
     metastore_process, uri = results["metastore"]
@@ -187,15 +285,38 @@ def _is_stack_dir(state_dir: Path) -> bool:
     return entries <= OWN_ENTRIES
 
 
-def stack_down(state_dir: Path, keep_state: bool = False) -> list[str]:
-    """Stop every recorded service by its pid and remove the state. Returns what was stopped."""
+@dataclass(frozen=True)
+class StackDown:
+    """What ``down`` did: the services it stopped and the pids it left alone (now other processes)."""
+
+    stopped: list[str]
+    left_alone: list[str]
+
+
+def stop_stack(state_dir: Path, keep_state: bool = False, forget: bool = False) -> StackDown:
+    """Stop every recorded service whose pid still names it, and remove the state.
+
+    ``forget`` stops nothing and does not read ``stack.json`` (the way out of a damaged one): the state
+    directory is removed, or only ``stack.json`` when the directory holds other things too.
+    """
     state_dir = state_dir.resolve()
-    info = read_state(state_dir)
     stopped: list[str] = []
-    if info is not None:
-        for service in reversed(info.services):
-            if stop_process(service.pid, service.name):
+    left_alone: list[str] = []
+    if forget:
+        if not _is_stack_dir(state_dir):
+            (state_dir / STATE_FILE).unlink(missing_ok=True)
+    else:
+        info = read_state(state_dir)
+        for service in reversed(info.services if info is not None else ()):
+            if process_replaced(service.pid, service.start_time):
+                left_alone.append(replaced_note(service))
+            elif stop_process(service.pid, service.name, start_time=service.start_time):
                 stopped.append(f"{service.name} (pid {service.pid})")
     if not keep_state and _is_stack_dir(state_dir):
         shutil.rmtree(state_dir, ignore_errors=True)
-    return stopped
+    return StackDown(stopped, left_alone)
+
+
+def stack_down(state_dir: Path, keep_state: bool = False) -> list[str]:
+    """Stop every recorded service by its pid and remove the state. Returns what was stopped."""
+    return stop_stack(state_dir, keep_state).stopped
