@@ -3,7 +3,7 @@
 Both take a table or partition directory (local path, ``file:``, ``hdfs://``, ``s3://``) and the
 snapshot as flags. Without ``--high-watermark`` every id in the listing counts as committed. Their
 output is a contract other tools parse: ``acid-state`` prints one JSON object, ``scan`` prints rows
-as JSON lines or CSV, or their count.
+as JSON lines (the default) or CSV, or their count.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.fs as pafs
 
+from acidclean.cli import examples
 from acidclean.shared.acid.names import is_hidden, parse_directory_name
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.state import acid_state as compute_acid_state
@@ -31,9 +32,12 @@ def _ids(value: str | None) -> list[int]:
     if not value:
         return []
     try:
-        return [int(part) for part in value.split(",") if part.strip()]
+        ids = [int(part) for part in value.split(",") if part.strip()]
     except ValueError as error:
         raise click.BadParameter(f"{value!r} is not a comma-separated list of ids") from error
+    if any(id_ < 1 for id_ in ids):
+        raise click.BadParameter(f"{value!r}: ids start at 1")
+    return ids
 
 
 @dataclass(frozen=True)
@@ -66,10 +70,14 @@ def _snapshot_options(command: Callable[..., None]) -> Callable[..., None]:
         command(*args, snapshot=flags, **kwargs)
 
     options = [
-        click.option("--high-watermark", type=int, help="Highest write id of the snapshot (default: the listing's)."),
+        click.option(
+            "--high-watermark",
+            type=click.IntRange(min=0),
+            help="Highest write id of the snapshot (default: the listing's).",
+        ),
         click.option("--open", "open_ids", metavar="IDS", help="Open write ids, comma-separated."),
         click.option("--aborted", "aborted_ids", metavar="IDS", help="Aborted write ids, comma-separated."),
-        click.option("--min-open-write-id", type=int, help="Default: the smallest open id."),
+        click.option("--min-open-write-id", type=click.IntRange(min=1), help="Default: the smallest open id."),
         click.option("--cleaner", is_flag=True, help="Use the cleaner list: nothing above the watermark counts."),
         click.option(
             "--valid-txns",
@@ -116,11 +124,20 @@ def _load(directory: str, flags: _SnapshotFlags) -> _Loaded:
     return _Loaded(location.fs.arrow, listing, valid_ids, compute_acid_state(listing, valid_ids, valid_txns))
 
 
-@click.command("acid-state")
+@click.command(
+    "acid-state",
+    epilog=examples(
+        "acidclean acid-state .stack/warehouse/sales.db/orders/ds=2026-11-23 --high-watermark 18 --open 19"
+    ),
+)
 @click.argument("directory")
 @_snapshot_options
 def acid_state(directory: str, snapshot: _SnapshotFlags) -> None:
-    """Print what a snapshot of DIRECTORY reads and what is obsolete, as one JSON object."""
+    """Print a directory's ACID state as one JSON object.
+
+    What a snapshot of DIRECTORY (a table or partition directory: a path, file:, hdfs://, s3://)
+    reads, and what is obsolete or aborted, by Hive's rules.
+    """
     state = _load(directory, snapshot).state
     click.echo(
         json.dumps(
@@ -147,13 +164,22 @@ def _print_rows(rows: pa.Table, output_format: str) -> None:
             click.echo(json.dumps(row, default=str))
 
 
-@click.command("scan")
+@click.command(
+    "scan",
+    epilog=examples(
+        "acidclean scan .stack/warehouse/sales.db/orders/ds=2026-11-22",
+        "acidclean scan .stack/warehouse/sales.db/orders/ds=2026-11-22 --count",
+        "acidclean scan .stack/warehouse/sales.db/orders/ds=2026-11-22 --format csv --with-row-id --columns id,amount",
+    ),
+)
 @click.argument("directory")
 @_snapshot_options
 @click.option("--columns", metavar="A,B", help="Row columns to print (default: all).")
 @click.option("--with-row-id", is_flag=True, help="Also print originalTransaction, bucket, rowId, currentTransaction.")
 @click.option("--count", "count_only", is_flag=True, help="Print only the number of visible rows.")
-@click.option("--format", "output_format", type=click.Choice(["jsonl", "csv"]), help="Print the rows.")
+@click.option(
+    "--format", "output_format", type=click.Choice(["jsonl", "csv"]), help="Print the rows so.  [default: jsonl]"
+)
 def scan(
     directory: str,
     snapshot: _SnapshotFlags,
@@ -162,9 +188,12 @@ def scan(
     count_only: bool,
     output_format: str | None,
 ) -> None:
-    """Print the rows of DIRECTORY a snapshot sees (--format jsonl|csv) or their number (--count)."""
-    if count_only == (output_format is not None):
-        raise click.UsageError("give exactly one of --count and --format")
+    """Print the rows of DIRECTORY a snapshot sees.
+
+    As JSON lines (the default), CSV (--format csv), or only their number (--count).
+    """
+    if count_only and output_format is not None:
+        raise click.UsageError("give one of --count and --format, not both")
     loaded = _load(directory, snapshot)
     selected = [c.strip() for c in columns.split(",") if c.strip()] if columns else None
     rows = read_state(
@@ -173,5 +202,4 @@ def scan(
     if count_only:
         click.echo(rows.num_rows)
     else:
-        assert output_format is not None
-        _print_rows(rows, output_format)
+        _print_rows(rows, output_format or "jsonl")

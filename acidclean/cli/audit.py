@@ -16,9 +16,10 @@ from pathlib import Path
 
 import click
 
+from acidclean.cli import examples, table_name
 from acidclean.cli.context import command_settings
 from acidclean.consumers.audit import AuditRow, read_audit
-from acidclean.schemas.common import PARTITION_PATTERN, TABLE_PATTERN, utc_now
+from acidclean.schemas.common import PARTITION_PATTERN, utc_now
 
 COLUMNS = (
     "TABLE",
@@ -117,8 +118,15 @@ def render_json(rows: Sequence[AuditRow]) -> str:
     return json.dumps([row.to_json() for row in rows], indent=2)
 
 
-@click.command()
-@click.argument("table", required=False, metavar="[DB.TABLE]")
+@click.command(
+    epilog=examples(
+        "acidclean audit",
+        "acidclean audit sales.orders --partition ds=2026-11-23",
+        "acidclean audit sales.orders --since 2h --format json",
+        "acidclean audit demo.clicks --plot clicks.png",
+    )
+)
+@click.argument("table", required=False, metavar="[DB.TABLE]", callback=table_name)
 @click.option("--partition", help="Only this partition, as k=v/k2=v2 (escaped or with the values as they are).")
 @click.option("--since", "since_text", metavar="TIME", help="Only vacuums since TIME (ISO 8601, or an age: 2h, 7d).")
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -143,9 +151,11 @@ def audit(
     plot_file: Path | None,
     config_file: Path | None,
 ) -> None:
-    """Show each vacuum's history: waits, cleanups, rejections, stuck waits, what was removed."""
-    if table is not None and not re.fullmatch(TABLE_PATTERN, table):
-        raise click.BadParameter(f"{table!r} is not DB.TABLE", param_hint="DB.TABLE")
+    """Show each vacuum's history, from the event topics.
+
+    One row per vacuum: its waits (and for whose locks), cleanup, rejection or stuck wait, and what
+    was removed.
+    """
     if partition is not None and not re.fullmatch(PARTITION_PATTERN, partition):
         raise click.BadParameter(f"{partition!r} is not k=v[/k2=v2...]", param_hint="--partition")
     if plot_file is not None and table is None:

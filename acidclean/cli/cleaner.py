@@ -10,13 +10,16 @@ from pathlib import Path
 
 import click
 
+from acidclean.cli import examples
 from acidclean.cli.context import command_settings
 from acidclean.consumers.cleaner_process import CleanerOptions, CleanerProcess
 from acidclean.consumers.crash_points import crash_points_from_env
 from acidclean.consumers.logs import configure_json_logging
 
 
-@click.command()
+@click.command(
+    epilog=examples("acidclean cleaner --metrics-port 9464", "acidclean cleaner --tenant acme --threads 4 --dry-run")
+)
 @click.option(
     "--config",
     "config_file",
@@ -56,7 +59,13 @@ def cleaner(
     cleaner_id: str | None,
     log_level: str,
 ) -> None:
-    """Run one cleaner of the consumer group: wait for readers, delete obsolete directories, report."""
+    """Run one cleaner of the consumer group.
+
+    It waits for the readers of each vacuum's lock snapshot, deletes the obsolete directories and
+    reports, until SIGTERM (finish the running work, commit, leave the group). Ctrl-C stops it the
+    same way if that takes less than a second, else at once (exit 130); the group redoes what it was
+    doing, as after a crash.
+    """
     configure_json_logging(log_level)
     settings = command_settings(
         config_file,

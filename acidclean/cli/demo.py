@@ -6,14 +6,16 @@ from pathlib import Path
 
 import click
 
+from acidclean.cli import examples
 from acidclean.cli.stack import state_dir_option
 from acidclean.deploy.local.demo import DemoOptions, run_demo
+from acidclean.deploy.local.metastore import FLAVOURS
 
 
-@click.command()
+@click.command(epilog=examples("acidclean demo", "acidclean demo --storage s3 --state-dir /tmp/demo-s3"))
 @state_dir_option
-@click.option("--metastore", "flavour", type=click.Choice(["hive2", "hive3"]), default=None,
-              help="hive2 or hive3 [default: hive3 with --storage s3, else hive2]")
+@click.option("--metastore", "flavour", type=click.Choice(list(FLAVOURS)), default=None,
+              help="hive2, hive3 or hive4 [default: hive3 with --storage s3, else hive2]")
 @click.option("--storage", type=click.Choice(["local", "hdfs", "s3"]), default="local", show_default=True,
               help="Where the table lives: the local disk, a real HDFS or a real S3 API server.")
 @click.option("--commits", type=click.IntRange(min=2), default=8, show_default=True, help="Commits to stream.")
@@ -24,7 +26,11 @@ from acidclean.deploy.local.demo import DemoOptions, run_demo
 def demo(
     state_dir: Path, flavour: str | None, storage: str, commits: int, rows: int, interval_ms: int, minor: bool
 ) -> None:
-    """Run the whole story on the local stack and narrate it."""
+    """Run the whole story on the local stack, narrated.
+
+    Starts the stack, streams commits into a table, holds a reader's lock through a vacuum, and shows
+    the cleaner waiting for it, then cleaning; the stack keeps running afterwards.
+    """
     flavour = flavour or ("hive3" if storage == "s3" else "hive2")
     options = DemoOptions(state_dir, flavour, commits, rows, interval_ms, full=not minor, storage=storage)
     run_demo(options, click.echo)

@@ -2,8 +2,8 @@
 
 Every command takes ``--config FILE`` (settings file; ``ACIDCLEAN_*`` variables override it).
 ``vacuum`` exits 0 when it committed and published, 1 when it refused or failed (nothing was
-committed) and 3 when it committed but could not publish its event (kept in the outbox for
-``acidclean outbox flush``).
+committed), 2 on a usage error and 3 when it committed but could not publish its event (kept in the
+outbox for ``acidclean outbox flush``): the exit codes of every command (``acidclean.cli``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import click
 
+from acidclean.cli import EXIT_NOT_PUBLISHED, examples, table_name
 from acidclean.cli.context import command_settings
 from acidclean.producers.plan import CompactionType, describe_plan, format_bytes
 from acidclean.producers.publish import PublishOutcome
@@ -23,7 +24,6 @@ from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import split_table_name
 from acidclean.shared.settings import Settings
 
-EXIT_NOT_PUBLISHED = 3
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
 config_option = click.option(
@@ -70,8 +70,19 @@ def _outcome_line(outcome: PublishOutcome) -> str:
     )
 
 
-@click.command()
-@click.argument("table", metavar="DB.TABLE")
+PUBLISH_TIMEOUT = click.FloatRange(min=0, min_open=True)
+
+
+@click.command(
+    epilog=examples(
+        "acidclean vacuum sales.orders --partition ds=2026-11-22 --dry-run",
+        "acidclean vacuum sales.orders --partition ds=2026-11-23",
+        "acidclean vacuum sales.orders --full",
+    )
+    + "\n\nExit 0 committed and published, 1 refused or failed (the table is unchanged), 3 committed but "
+    "not published (the event waits in the outbox)."
+)
+@click.argument("table", metavar="DB.TABLE", callback=table_name)
 @click.option("--partition", metavar="K=V[/K2=V2]", help="Vacuum one partition" + PARTITION_SPELLING)
 @click.option("--full", is_flag=True, help="MAJOR vacuum (VACUUM TABLE t FULL): base and deltas into base_N.")
 @click.option("--dry-run", is_flag=True, help="Print what would be compacted into what; write nothing.")
@@ -79,7 +90,9 @@ def _outcome_line(outcome: PublishOutcome) -> str:
               help="Vacuum although an earlier vacuum's obsolete directories are not cleaned yet.")
 @click.option("--master", help="Spark master (default: spark-submit's, else local[*]).")
 @click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
-@click.option("--publish-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for Kafka.")
+@click.option(
+    "--publish-timeout", type=PUBLISH_TIMEOUT, default=30.0, show_default=True, help="Seconds to wait for Kafka."
+)
 @config_option
 def vacuum(
     table: str,
@@ -92,7 +105,11 @@ def vacuum(
     publish_timeout: float,
     config_file: Path | None,
 ) -> None:
-    """Compact DB.TABLE on Spark, commit, snapshot the read locks and publish VacuumCommitted."""
+    """Compact DB.TABLE on Spark and publish VacuumCommitted.
+
+    Compacts the deltas (MINOR, or with --full base and deltas: MAJOR), commits the new directory,
+    snapshots the read locks held then, and publishes the event the cleaners act on.
+    """
     from acidclean.producers.publish import Publisher
     from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum, spark_session
 
@@ -145,17 +162,28 @@ def _partition_column(text: str | None) -> list[tuple[str, str]]:
     return [(name.lower(), hive_type.strip().lower() or "string")]
 
 
-@click.command("create-table")
-@click.argument("table", metavar="DB.TABLE")
+@click.command(
+    "create-table",
+    epilog=examples(
+        'acidclean create-table sales.orders --columns "id int, amount double, note string" --buckets 2 '
+        "--partitioned-by ds"
+    ),
+)
+@click.argument("table", metavar="DB.TABLE", callback=table_name)
 @click.option("--columns", required=True, help='Columns, e.g. "id int, v string".')
-@click.option("--buckets", type=int, default=1, show_default=True, help="Buckets (on the first column).")
+@click.option(
+    "--buckets", type=click.IntRange(min=1), default=1, show_default=True, help="Buckets (on the first column)."
+)
 @click.option("--partitioned-by", metavar="COL [TYPE]", help="Partition column (type string by default).")
 @click.option("--orc-compress", default="ZLIB", show_default=True, help="Table property orc.compress.")
 @config_option
 def create_table(
     table: str, columns: str, buckets: int, partitioned_by: str | None, orc_compress: str, config_file: Path | None
 ) -> None:
-    """Create a transactional, bucketed ORC table in the metastore."""
+    """Create a transactional, bucketed ORC table.
+
+    In the metastore, with its directory under the warehouse.
+    """
     from acidclean.producers.hive_types import parse_columns
     from acidclean.producers.ingest import create_table as create
 
@@ -174,8 +202,12 @@ def create_table(
     )
 
 
-@click.command()
-@click.argument("table", metavar="DB.TABLE")
+@click.command(
+    epilog=examples(
+        "acidclean ingest sales.orders --partition ds=2026-11-22 --rows 500 --commits 3 --delete-fraction 0.1"
+    )
+)
+@click.argument("table", metavar="DB.TABLE", callback=table_name)
 @click.option("--rows", type=click.IntRange(min=0), required=True, help="Rows each commit inserts.")
 @click.option("--commits", type=click.IntRange(min=1), default=1, show_default=True, help="Transactions to commit.")
 @click.option("--delete-fraction", type=click.FloatRange(0, 1), default=0.0, show_default=True,
@@ -194,7 +226,11 @@ def ingest(
     publish: bool,
     config_file: Path | None,
 ) -> None:
-    """Commit transactions that write deltas to DB.TABLE, as streaming ingest does."""
+    """Commit deltas to DB.TABLE, as streaming ingest does.
+
+    Each commit opens a transaction, takes a SHARED_WRITE lock, writes a delta (and a delete delta),
+    commits, and publishes DeltaCommitted.
+    """
     from acidclean.producers.ingest import CommitResult, IngestRequest
     from acidclean.producers.ingest import ingest as run_ingest
     from acidclean.shared.bus.producer import KafkaEventBus
@@ -236,8 +272,13 @@ def ingest(
         )
 
 
-@click.command()
-@click.argument("table", metavar="DB.TABLE")
+@click.command(
+    epilog=examples(
+        "acidclean read sales.orders --partition ds=2026-11-22 --count",
+        "acidclean read sales.orders --partition ds=2026-11-22 --hold 60",
+    )
+)
+@click.argument("table", metavar="DB.TABLE", callback=table_name)
 @click.option("--partition", metavar="K=V[/K2=V2]", help="Read one partition" + PARTITION_SPELLING)
 @click.option("--hold", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Seconds to keep the read lock after reading.")
@@ -247,7 +288,11 @@ def ingest(
 def read(
     table: str, partition: str | None, hold: float, count_only: bool, with_row_id: bool, config_file: Path | None
 ) -> None:
-    """Lock DB.TABLE for reading (SHARED_READ), then list and read it; print the rows as JSON lines."""
+    """Lock DB.TABLE for reading, then list and read it.
+
+    The SHARED_READ lock comes first, then the listing; the rows are printed as JSON lines. The lock
+    is released on exit, Ctrl-C included.
+    """
     from acidclean.producers.reader import hold as hold_lock
     from acidclean.producers.reader import locked_read
 
@@ -271,17 +316,25 @@ def read(
     _info(f"released lock {snapshot.lock_id}")
 
 
-@click.group()
+@click.group(epilog=examples("acidclean outbox list", "acidclean outbox flush"))
 def outbox() -> None:
-    """The vacuum's outbox: VacuumCommitted events not yet acknowledged by Kafka."""
+    """Events a vacuum committed but Kafka did not take.
+
+    VacuumCommitted events not yet acknowledged by Kafka, kept in <state_dir>/outbox.
+    """
 
 
-@outbox.command("flush")
+@outbox.command("flush", epilog=examples("acidclean outbox flush", "acidclean outbox flush --publish-timeout 60"))
 @click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
-@click.option("--publish-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for Kafka.")
+@click.option(
+    "--publish-timeout", type=PUBLISH_TIMEOUT, default=30.0, show_default=True, help="Seconds to wait for Kafka."
+)
 @config_option
 def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Path | None) -> None:
-    """Publish every event left in the outbox; exit 3 if some still cannot be published."""
+    """Publish every event left in the outbox.
+
+    Exit 0 when all were published, 3 when some still cannot be (they stay in the outbox).
+    """
     from acidclean.producers.publish import Publisher, flush_outbox
     from acidclean.producers.vacuum import outbox_for
 
@@ -298,7 +351,7 @@ def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Pa
         sys.exit(EXIT_NOT_PUBLISHED)
 
 
-@outbox.command("list")
+@outbox.command("list", epilog=examples("acidclean outbox list"))
 @click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
 @config_option
 def outbox_list(outbox_dir: str | None, config_file: Path | None) -> None:

@@ -143,9 +143,9 @@ def test_scan_prints_csv(table: TableWriter) -> None:
     assert result.output.splitlines() == ['"name","id"', '"n2",2', '"n3",3', '"n4",4']
 
 
-def test_scan_needs_exactly_one_of_count_and_format(table: TableWriter) -> None:
+def test_scan_prints_json_lines_unless_told_otherwise_and_refuses_count_with_format(table: TableWriter) -> None:
     scan_table(table)
-    assert run("scan", table.path).exit_code == 2
+    assert run("scan", table.path).output == run("scan", table.path, "--format", "jsonl").output
     assert run("scan", table.path, "--count", "--format", "csv").exit_code == 2
 
 
