@@ -27,6 +27,7 @@ demo: jars
 test: jars lint
 	$(BIN)/pytest
 	ACIDCLEAN_TEST_METASTORE=hive3 $(BIN)/pytest -m metastore tests/integration
+	ACIDCLEAN_TEST_METASTORE=hive4 $(BIN)/pytest -m metastore tests/integration
 
 test-unit: install
 	$(BIN)/pytest tests/unit

@@ -1,6 +1,6 @@
 """Resolve the jars of the local stack from Maven Central into a git-ignored cache directory.
 
-Kafka's broker jars and the Hive Metastore 3.1.3 distribution are declared in the small poms beside
+Kafka's broker jars and the Hive Metastore 3.1.3 and 4.0.1 distributions are declared in the small poms beside
 this file and copied by ``maven-dependency-plugin`` (pinned: Maven 3.8 would otherwise pick an old
 plugin). The Hive 2.3.10 metastore needs no download: its jars ship inside the pyspark wheel.
 """
@@ -18,6 +18,10 @@ from acidclean.shared.errors import StackError
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 HERE = Path(__file__).resolve().parent
 HIVE3_DIST = "apache-hive-metastore-3.1.3-bin"
+HIVE4_DIST = "apache-hive-metastore-4.0.1-bin"
+# Jars whose classes the shaded Hadoop client mostly has too: they go to fallback/, last on the class
+# path, so that only what the shaded client lacks is loaded from them.
+FALLBACK_JARS = ("hadoop-hdfs-",)
 
 
 def cache_dir() -> Path:
@@ -80,25 +84,39 @@ def kafka_libs(log_dir: Path) -> Path:
 
 def hive3_home(log_dir: Path) -> Path:
     """The unpacked Hive Metastore 3.1.3 distribution (lib/, scripts/), with the other jars in extra/."""
-    home = cache_dir() / "jars" / HIVE3_DIST
+    return _metastore_home("hive3", HIVE3_DIST, log_dir)
+
+
+def hive4_home(log_dir: Path) -> Path:
+    """The unpacked Hive Metastore 4.0.1 distribution (lib/, scripts/), with the other jars in extra/."""
+    return _metastore_home("hive4", HIVE4_DIST, log_dir)
+
+
+def _metastore_home(flavour: str, dist: str, log_dir: Path) -> Path:
+    """The standalone metastore tarball of ``deploy/local/<flavour>/pom.xml`` unpacked into the cache
+    as ``dist``, with the pom's jars in ``dist/extra`` (and ``dist/fallback``); downloaded and unpacked
+    on first use."""
+    home = cache_dir() / "jars" / dist
     if (home / "lib").is_dir() and any((home / "extra").glob("hive-exec-*.jar")):
         return home
-    download = cache_dir() / "jars" / "hive3-download"
+    download = cache_dir() / "jars" / f"{flavour}-download"
     if not any(download.glob("*.tar.gz")) or not any(download.glob("hive-exec-*.jar")):
         shutil.rmtree(download, ignore_errors=True)
         download.parent.mkdir(parents=True, exist_ok=True)
-        _copy_dependencies(HERE / "hive3" / "pom.xml", download, log_dir / "maven-hive3.log")
+        _copy_dependencies(HERE / flavour / "pom.xml", download, log_dir / f"maven-{flavour}.log")
     tarball = next(download.glob("hive-standalone-metastore-*-bin.tar.gz"))
     staging = home.with_name(home.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     with tarfile.open(tarball) as archive:
         archive.extractall(staging, filter="data")
-    (staging / HIVE3_DIST / "extra").mkdir()
+    (staging / dist / "extra").mkdir()
+    (staging / dist / "fallback").mkdir()
     for jar in download.glob("*.jar"):
-        shutil.copy2(jar, staging / HIVE3_DIST / "extra" / jar.name)
+        folder = "fallback" if jar.name.startswith(FALLBACK_JARS) else "extra"
+        shutil.copy2(jar, staging / dist / folder / jar.name)
     shutil.rmtree(home, ignore_errors=True)
-    (staging / HIVE3_DIST).rename(home)
+    (staging / dist).rename(home)
     shutil.rmtree(staging, ignore_errors=True)
     return home
 

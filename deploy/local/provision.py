@@ -24,7 +24,7 @@ from acidclean.deploy.local.process import stop_process
 KAFKA_ENV = "ACIDCLEAN_KAFKA_BOOTSTRAP"
 METASTORE_ENV = "ACIDCLEAN_METASTORE_URIS"
 FLAVOUR_ENV = "ACIDCLEAN_TEST_METASTORE"
-CONTAINER_IMAGES = {"kafka": "apache/kafka:4.1.1", "hive3": "apache/hive:3.1.3"}
+CONTAINER_IMAGES = {"kafka": "apache/kafka:4.1.1", "hive3": "apache/hive:3.1.3", "hive4": "apache/hive:4.0.1"}
 
 
 @dataclass
@@ -68,11 +68,11 @@ def _kafka_container() -> tuple[str, Callable[[], None]]:
     return address, container.stop
 
 
-def _metastore_container() -> tuple[str, Callable[[], None]]:
+def _metastore_container(flavour: str) -> tuple[str, Callable[[], None]]:
     from testcontainers.core.container import DockerContainer
 
     container = (
-        DockerContainer(CONTAINER_IMAGES["hive3"]).with_env("SERVICE_NAME", "metastore").with_exposed_ports(9083)
+        DockerContainer(CONTAINER_IMAGES[flavour]).with_env("SERVICE_NAME", "metastore").with_exposed_ports(9083)
     )
     container.start()
     address = f"thrift://{container.get_container_host_ip()}:{container.get_exposed_port(9083)}"
@@ -80,7 +80,9 @@ def _metastore_container() -> tuple[str, Callable[[], None]]:
 
 
 def provide_services(state_dir: Path, flavour: str | None = None) -> Services:
-    """Find or start Kafka and the metastore (see the module docstring for the order)."""
+    """Find or start Kafka and the metastore (see the module docstring for the order). ``flavour``
+    (default ``$ACIDCLEAN_TEST_METASTORE``, else ``hive2``) is one of ``FLAVOURS`` of
+    :mod:`acidclean.deploy.local.metastore`: ``hive2``, ``hive3`` or ``hive4``."""
     flavour = flavour or os.environ.get(FLAVOUR_ENV, "hive2")
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -102,8 +104,8 @@ def provide_services(state_dir: Path, flavour: str | None = None) -> Services:
     if METASTORE_ENV in os.environ:
         services.metastore_uri = os.environ[METASTORE_ENV].split(",")[0]
         services.origin["metastore"] = "environment"
-    elif use_docker and flavour == "hive3":
-        tasks["metastore"] = lambda: (*_metastore_container(), "container")
+    elif use_docker and flavour in ("hive3", "hive4"):
+        tasks["metastore"] = lambda: (*_metastore_container(flavour), "container")
     else:
         def local_metastore() -> tuple[str, Callable[[], None], str]:
             process, uri = start_metastore(state_dir, flavour)
