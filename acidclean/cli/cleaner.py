@@ -29,14 +29,17 @@ from acidclean.consumers.logs import configure_json_logging
 @click.option("--group", help="Consumer group (the process joins GROUP.TENANT). Default: group_id setting.")
 @click.option("--threads", type=click.IntRange(min=1), help="Parallel tables and parallel deletes (default 2).")
 @click.option(
-    "--interval-ms", type=click.IntRange(min=1), help="Delay before a waiting vacuum is checked again (default 2000)."
+    "--interval-ms",
+    metavar="DURATION",
+    help="Delay before a waiting vacuum is checked again: milliseconds, or with a unit (500ms, 2s, 5m); default 2000.",
 )
 @click.option("--tenant", help="The tenant this process cleans for: its events and its allowed roots only.")
 @click.option(
     "--max-wait",
     "max_wait_s",
-    type=click.FloatRange(min=0, min_open=True),
-    help="Seconds after which a waiting vacuum is reported stuck (default 86400); it keeps waiting.",
+    metavar="DURATION",
+    help="After this a waiting vacuum is reported stuck (it keeps waiting): seconds, or with a unit (30m, 1d); "
+    "default 1d.",
 )
 @click.option("--dry-run", is_flag=True, help="Delete nothing; publish CleanupDone(dry_run=true) with what would go.")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), help="Serve Prometheus /metrics on this port.")
@@ -51,9 +54,9 @@ def cleaner(
     config_file: Path | None,
     group: str | None,
     threads: int | None,
-    interval_ms: int | None,
+    interval_ms: str | None,
     tenant: str | None,
-    max_wait_s: float | None,
+    max_wait_s: str | None,
     dry_run: bool,
     metrics_port: int | None,
     cleaner_id: str | None,
