@@ -237,6 +237,7 @@ def _plan_and_vacuum(
     )
     removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
+        refuse_while_hive_compacts(metastore, info)
         earlier = earlier + _publish_earlier(location, metastore, publisher, outbox)
         removed_staging = tuple(
             remove_abandoned_staging(location.fs.arrow, location.path, settings.abandoned_staging_s)
@@ -281,6 +282,26 @@ def _plan_and_vacuum(
     commit_with = _compact_and_commit if mode is CommitMode.RENAME else _compact_and_commit_txn
     result = commit_with(plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier)
     return dataclasses.replace(result, removed_staging=removed_staging)
+
+
+def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo) -> None:
+    """Refuse while Hive's own compactor has a compaction of the table or partition initiated, working
+    or ready for cleaning: both would write a compacted directory of the same range (two of one range
+    is HIVE-29210's duplicate case), and Hive's Cleaner may remove the inputs this vacuum is reading."""
+    for compaction in metastore.compactions(info.db, info.table, info.partition):
+        if not compaction.active:
+            continue
+        where = f"{compaction.db}.{compaction.table}"
+        where += f" partition {compaction.partition}" if compaction.partition else ""
+        since = ""
+        if compaction.started_at_ms:
+            since = ", since " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(compaction.started_at_ms / 1000))
+        kind = "partition" if compaction.partition else "table or partition"
+        raise VacuumRefusedError(
+            f"Hive's compactor has a {compaction.compaction_type} compaction of {where} in state {compaction.state} "
+            f"(id {compaction.compaction_id}{since}): acidclean does not compact a {kind} Hive is compacting; retry "
+            "when it is done or turn Hive's Initiator off (see README)"
+        )
 
 
 def _compact_and_commit(

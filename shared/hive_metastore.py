@@ -6,6 +6,10 @@ named by per-table write id) alike, detects which one it talks to, and hides the
 on Hive 2 the "write id" of a transaction is its transaction id and the valid
 id list is built from the open and aborted transactions.
 
+Hive 4 metastores are Hive 3+ to this adapter; the client speaks the Hive 3.0 IDL, and where Hive 4
+removed a call (``get_table``, HIVE-26537) or refuses one without the caller's capabilities
+(``create_table`` of an ACID table) the adapter makes the Hive 4 call itself.
+
 Every lock component sets ``operationType`` and ``isTransactional`` (``isAcid`` on the wire), which
 the metastore requires of a lock taken inside a transaction. Calls are serialised per client (Thrift
 clients are not thread-safe) and a broken connection is reopened once before a call fails.
@@ -23,14 +27,21 @@ from typing import Any, TypeVar, cast
 from hmsclient import hmsclient
 from hmsclient.genthrift.hive_metastore import ttypes
 from thrift.protocol import TBinaryProtocol
-from thrift.Thrift import TApplicationException, TException
+from thrift.Thrift import TApplicationException, TException, TMessageType, TType
 from thrift.transport import TSocket, TTransport
 
 from acidclean.shared.acid.id_lists import MetastoreKind
-from acidclean.shared.acid.partition_names import make_partition_name, value_readings
+from acidclean.shared.acid.partition_names import (
+    escape_path_name,
+    lock_covers_partition,
+    make_partition_name,
+    unescape_path_name,
+    value_readings,
+)
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
 from acidclean.shared.metastore import (
     NO_MIN_OPEN,
+    CompactionInfo,
     LockInfo,
     LockRequestComponent,
     LockResult,
@@ -44,6 +55,8 @@ T = TypeVar("T")
 ORC_SERDE = "org.apache.hadoop.hive.ql.io.orc.OrcSerde"
 ORC_INPUT = "org.apache.hadoop.hive.ql.io.orc.OrcInputFormat"
 ORC_OUTPUT = "org.apache.hadoop.hive.ql.io.orc.OrcOutputFormat"
+# What Hive 4's metastore asks of a client that creates a full ACID table (MetastoreDefaultTransformer).
+ACID_CAPABILITIES = ("HIVEFULLACIDREAD", "HIVEFULLACIDWRITE")
 
 
 class HiveMetastore:
@@ -57,6 +70,8 @@ class HiveMetastore:
         self.user = user or getpass.getuser()
         self.hostname = socket.gethostname()
         self._kind: MetastoreKind | None = None
+        self._get_table_call = "get_table"  # "get_table_req" once a Hive 4 metastore refused get_table
+        self._major_version: int | None = None
 
     # connection handling -------------------------------------------------------------------------
 
@@ -125,12 +140,24 @@ class HiveMetastore:
                 self._call("get_catalogs", lambda c: c.get_catalogs())
                 self._kind = MetastoreKind.HIVE3
             except MetastoreError as error:
-                cause = error.__cause__
-                if isinstance(cause, TApplicationException) and cause.type == TApplicationException.UNKNOWN_METHOD:
+                if _unknown_method(error):
                     self._kind = MetastoreKind.HIVE2
                 else:
                     raise
         return self._kind
+
+    @property
+    def major_version(self) -> int:
+        """2 or 3 for Hive 2 and 3 (whose ``getVersion`` says "3.0" on both), 4 for Hive 4 (which says
+        "4.0.1")."""
+        if self._major_version is None:
+            if self.kind is MetastoreKind.HIVE2:
+                self._major_version = 2
+            else:
+                version = str(self._call("getVersion", lambda c: c.getVersion()))
+                leading = version.split(".")[0]
+                self._major_version = max(3, int(leading)) if leading.isdigit() else 3
+        return self._major_version
 
     def describe(self) -> str:
         host, port = self._endpoints[0]
@@ -186,7 +213,17 @@ class HiveMetastore:
             parameters={"transactional": "true", "orc.compress": orc_compress},
             tableType="MANAGED_TABLE",
         )
-        self._call(f"create_table({db}.{table})", lambda c: c.create_table(definition))
+        try:
+            self._call(f"create_table({db}.{table})", lambda c: c.create_table(definition))
+        except MetastoreError as error:
+            # Hive 4 creates an ACID table only for a client that declares it can read and write one.
+            if "no capabilities" not in str(error):
+                raise
+            request = _CreateTableRequest(definition, ACID_CAPABILITIES, f"acidclean@{self.hostname}")
+            self._call(
+                f"create_table_req({db}.{table})",
+                lambda c: _call_hive4_method(c, "create_table_req", request, _CREATE_TABLE_ERRORS),
+            )
         return self.get_table(db, table)
 
     def add_partition(self, db: str, table: str, partition: str) -> str:
@@ -216,7 +253,7 @@ class HiveMetastore:
         """The table, or one of its partitions (location of the partition, parameters of the table).
         ``partition`` may be spelled escaped or not (:meth:`find_partition`); the result carries the
         metastore's own name for it."""
-        thrift_table = self._call(f"get_table({db}.{table})", lambda c: c.get_table(db, table))
+        thrift_table = self._get_thrift_table(db, table)
         sd = thrift_table.sd
         location = sd.location or ""
         keys = tuple(key.name for key in thrift_table.partitionKeys or [])
@@ -236,6 +273,18 @@ class HiveMetastore:
             columns=tuple((column.name, column.type) for column in sd.cols or []),
             partition=name,
         )
+
+    def _get_thrift_table(self, db: str, table: str) -> Any:
+        """``get_table``, or on Hive 4, which removed it, ``get_table_req`` (Hive 3 has both)."""
+        if self._get_table_call == "get_table":
+            try:
+                return self._call(f"get_table({db}.{table})", lambda c: c.get_table(db, table))
+            except MetastoreError as error:
+                if not _unknown_method(error):
+                    raise
+                self._get_table_call = "get_table_req"
+        request = ttypes.GetTableRequest(dbName=db, tblName=table)
+        return self._call(f"get_table_req({db}.{table})", lambda c: c.get_table_req(request)).table
 
     def find_partition(self, db: str, table: str, keys: Sequence[str], spelling: str) -> Any:
         """The thrift partition ``spelling`` names: read as an escaped name first
@@ -362,9 +411,154 @@ class HiveMetastore:
         metastore matches ``partition`` as a string against the name it stored (lower-cased by Hive 3),
         and leaves out table-level locks: to find the locks on a partition, list the table's and
         keep those :func:`~acidclean.shared.acid.partition_names.lock_covers_partition` accepts."""
-        request = ttypes.ShowLocksRequest(dbname=db, tablename=table, partname=partition_name(partition))
+        requested = partition_name(partition)
+        hive4 = self.major_version >= 4
+        if hive4 and requested is not None:
+            requested = _hive4_lock_name(requested)
+        request = ttypes.ShowLocksRequest(dbname=db, tablename=table, partname=requested)
         response = self._call("show_locks", lambda c: c.show_locks(request))
-        return [_lock_info(element) for element in response.locks or []]
+        return [_lock_info(element, hive4) for element in response.locks or []]
+
+    # Hive's compactor ----------------------------------------------------------------------------
+
+    def compactions(self, db: str, table: str, partition: str | None = None) -> list[CompactionInfo]:
+        """Hive's compactions of ``db.table`` (with ``partition``: of that partition, in any spelling,
+        or of the whole table), from ``show_compact``: the queue and the history the metastore keeps.
+        Hive 4 filters by table itself; Hive 2 and 3 list all and the rest is left out here."""
+        request = _ShowCompactRequest(db.lower(), table.lower())
+        response = self._call("show_compact", lambda c: c.show_compact(request))
+        found = []
+        for element in response.compacts or []:
+            info = _compaction_info(element)
+            if info.db.lower() != db.lower() or info.table.lower() != table.lower():
+                continue
+            if partition is not None and not lock_covers_partition(info.partition, partition):
+                continue
+            found.append(info)
+        return found
+
+    def request_compaction(self, db: str, table: str, partition: str | None, compaction_type: str) -> int | None:
+        """Queue a compaction in Hive's compaction queue (``compact2``), as ``ALTER TABLE ... COMPACT``
+        does; returns its id. For tests and operators: acidclean itself never asks Hive to compact."""
+        request = ttypes.CompactionRequest(
+            dbname=db,
+            tablename=table,
+            partitionname=partition,
+            type=getattr(ttypes.CompactionType, compaction_type.upper()),
+            runas=self.user,
+        )
+        response = self._call(f"compact2({db}.{table})", lambda c: c.compact2(request))
+        return int(response.id) if response.id is not None else None
+
+
+def _unknown_method(error: MetastoreError) -> bool:
+    cause = error.__cause__
+    return isinstance(cause, TApplicationException) and cause.type == TApplicationException.UNKNOWN_METHOD
+
+
+class _CreateTableRequest:
+    """Hive 4's ``CreateTableRequest`` (absent from the Hive 3.0 IDL of hmsclient): the table (field 1)
+    and the caller's processor capabilities (9) and identifier (10)."""
+
+    def __init__(self, table: Any, capabilities: Sequence[str], identifier: str) -> None:
+        self.table = table
+        self.capabilities = list(capabilities)
+        self.identifier = identifier
+
+    def write(self, oprot: Any) -> None:
+        oprot.writeStructBegin("CreateTableRequest")
+        oprot.writeFieldBegin("table", TType.STRUCT, 1)
+        self.table.write(oprot)
+        oprot.writeFieldEnd()
+        oprot.writeFieldBegin("processorCapabilities", TType.LIST, 9)
+        oprot.writeListBegin(TType.STRING, len(self.capabilities))
+        for capability in self.capabilities:
+            oprot.writeString(capability)
+        oprot.writeListEnd()
+        oprot.writeFieldEnd()
+        oprot.writeFieldBegin("processorIdentifier", TType.STRING, 10)
+        oprot.writeString(self.identifier)
+        oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+
+_CREATE_TABLE_ERRORS = (
+    ttypes.AlreadyExistsException, ttypes.InvalidObjectException, ttypes.MetaException, ttypes.NoSuchObjectException
+)
+
+
+def _call_hive4_method(client: Any, name: str, request: Any, errors: Sequence[type[Any]]) -> None:
+    """Call a void Thrift method that the Hive 3.0 IDL lacks, whose one argument is ``request`` (field
+    1) and whose declared exceptions are ``errors`` (fields 1, 2, ...), as generated clients do."""
+    oprot, iprot = client._oprot, client._iprot
+    oprot.writeMessageBegin(name, TMessageType.CALL, client._seqid)
+    oprot.writeStructBegin(f"{name}_args")
+    oprot.writeFieldBegin("request", TType.STRUCT, 1)
+    request.write(oprot)
+    oprot.writeFieldEnd()
+    oprot.writeFieldStop()
+    oprot.writeStructEnd()
+    oprot.writeMessageEnd()
+    oprot.trans.flush()
+    _, message_type, _ = iprot.readMessageBegin()
+    if message_type == TMessageType.EXCEPTION:
+        failure = TApplicationException()
+        failure.read(iprot)
+        iprot.readMessageEnd()
+        raise failure
+    declared: Exception | None = None
+    iprot.readStructBegin()
+    while True:
+        _, field_type, field_id = iprot.readFieldBegin()
+        if field_type == TType.STOP:
+            break
+        if field_type == TType.STRUCT and 1 <= field_id <= len(errors):
+            declared = errors[field_id - 1]()
+            declared.read(iprot)  # type: ignore[union-attr]
+        else:
+            iprot.skip(field_type)
+        iprot.readFieldEnd()
+    iprot.readStructEnd()
+    iprot.readMessageEnd()
+    if declared is not None:
+        raise declared
+
+
+class _ShowCompactRequest:
+    """``ShowCompactRequest`` with Hive 4's filters on database (field 3) and table (4). Hive 2 and 3
+    know no fields and skip them (Thrift skips unknown fields), so they list every compaction."""
+
+    def __init__(self, db: str, table: str) -> None:
+        self.db = db
+        self.table = table
+
+    def write(self, oprot: Any) -> None:
+        oprot.writeStructBegin("ShowCompactRequest")
+        for field_id, name, value in ((3, "dbName", self.db), (4, "tbName", self.table)):
+            oprot.writeFieldBegin(name, TType.STRING, field_id)
+            oprot.writeString(value)
+            oprot.writeFieldEnd()
+        oprot.writeFieldStop()
+        oprot.writeStructEnd()
+
+
+# Thrift's CompactionType: Hive 2 and 3 know the first two.
+_COMPACTION_TYPES = {1: "MINOR", 2: "MAJOR", 3: "REBALANCE", 4: "ABORT_TXN_CLEANUP"}
+
+
+def _compaction_info(element: Any) -> CompactionInfo:
+    return CompactionInfo(
+        compaction_id=int(element.id) if element.id is not None else None,
+        db=element.dbname,
+        table=element.tablename,
+        partition=element.partitionname or None,
+        compaction_type=_COMPACTION_TYPES.get(element.type, str(element.type)),
+        state=element.state or "",
+        worker_id=element.workerid or None,
+        run_as=element.runAs or None,
+        started_at_ms=int(element.start) if element.start else None,
+    )
 
 
 def _ids(ids: Sequence[int]) -> str:
@@ -388,13 +582,31 @@ def _state_name(state: int) -> str:
     return str(ttypes.LockState._VALUES_TO_NAMES.get(state, str(state)))
 
 
-def _lock_info(element: Any) -> LockInfo:
+def _hive4_lock_name(name: str) -> str:
+    """The name a Hive 4 metastore stores for a lock on partition ``name`` (``TxnUtils.normalizePartitionCase``):
+    split at ``/`` and ``=``, then ``FileUtils.makePartName``, which lower-cases the keys and escapes keys
+    and values once more. Hive's escaped ``city=St. John%27s%232`` becomes ``city=St. John%2527s%25232``."""
+    pairs = (component.partition("=") for component in name.split("/"))
+    return "/".join(f"{escape_path_name(key.lower())}={escape_path_name(value)}" for key, _, value in pairs)
+
+
+def _sent_lock_name(stored: str) -> str:
+    """The partition name a client sent, from the name a Hive 4 metastore stored for its lock: each key
+    and value unescaped once (the inverse of :func:`_hive4_lock_name`, keys lower-cased)."""
+    pairs = (component.partition("=") for component in stored.split("/"))
+    return "/".join(f"{unescape_path_name(key)}={unescape_path_name(value)}" for key, _, value in pairs)
+
+
+def _lock_info(element: Any, hive4: bool = False) -> LockInfo:
+    partition = element.partname
+    if hive4 and partition:
+        partition = _sent_lock_name(partition)
     return LockInfo(
         lock_id=int(element.lockid),
         txn_id=int(element.txnid or 0),
         db=element.dbname,
         table=element.tablename,
-        partition=element.partname,
+        partition=partition,
         lock_type=str(ttypes.LockType._VALUES_TO_NAMES.get(element.type, str(element.type))),
         state=_state_name(element.state),
         user=element.user or "",

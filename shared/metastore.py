@@ -88,6 +88,31 @@ class TableInfo:
         return self.parameters.get("orc.compress", "ZLIB").upper()
 
 
+# The states of Hive's compaction queue in which a compaction still writes or is still to be cleaned
+# (``SHOW COMPACTIONS`` prints them so; Hive 2 and 3 have the same three).
+ACTIVE_COMPACTION_STATES = ("initiated", "working", "ready for cleaning")
+
+
+@dataclass(frozen=True)
+class CompactionInfo:
+    """One row of Hive's compaction queue and history (``show_compact``, ``SHOW COMPACTIONS``)."""
+
+    compaction_id: int | None
+    db: str
+    table: str
+    partition: str | None
+    compaction_type: str  # MAJOR, MINOR, or Hive 4's REBALANCE and ABORT_TXN_CLEANUP
+    state: str  # as Hive prints it: initiated, working, ready for cleaning, succeeded, failed, ...
+    worker_id: str | None = None
+    run_as: str | None = None
+    started_at_ms: int | None = None  # enqueued or started, as the metastore reports ``start``
+
+    @property
+    def active(self) -> bool:
+        """Hive's compactor is writing this compaction or has still to clean up after it."""
+        return self.state in ACTIVE_COMPACTION_STATES
+
+
 @dataclass(frozen=True)
 class LockRequestComponent:
     db: str
@@ -129,6 +154,11 @@ class Metastore(Protocol):
     def show_locks(
         self, db: str | None = None, table: str | None = None, partition: str | None = None
     ) -> list[LockInfo]: ...
+
+    def compactions(self, db: str, table: str, partition: str | None = None) -> list[CompactionInfo]:
+        """Hive's compactions of the table (for a partition: of it, in any spelling, or of the whole
+        table), queued, running and past, as ``show_compact`` lists them."""
+        ...
 
 
 def parse_metastore_uris(uris: str) -> list[tuple[str, int]]:
