@@ -136,6 +136,7 @@ class LoopConfig:
     retry_backoff_ms: int | None = None
     error_tries: int = 3  # handler errors other than BusError: tries before the dead letter
     error_pause_ms: int = 100  # pause after a failed try, doubled each time (at most one interval)
+    close_timeout_s: float = 15.0  # the final offset commit and group leave, once the broker is gone
 
 
 @dataclass
@@ -184,6 +185,7 @@ class CleanerLoop:
         self._pending: dict[str, tuple[float, float]] = {}  # vacuum id -> (committed at, last seen), for metrics
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
+        self.abandoned_close = False  # the broker did not answer the final commit and group leave
         self._tenant_prefix = f"{config.tenant}/".encode()
         metrics.bind(
             paused=self.paused_count,
@@ -249,8 +251,27 @@ class CleanerLoop:
             for state in self._states.values():
                 state.accepting = False
         self._wait_idle(list(self._states), timeout_s)
-        self._commit(asynchronous=False, force=True)
-        self.consumer.close()  # leaves the group; the revoke callback finds nothing left to do
+        closed = threading.Event()
+
+        def commit_and_leave() -> None:
+            self._commit(asynchronous=False, force=True)
+            self.consumer.close()  # leaves the group; the revoke callback finds nothing left to do
+            closed.set()
+
+        # A synchronous commit and a group leave wait for the broker without a time limit: a broker that
+        # is gone must not keep a stopped cleaner alive. Uncommitted records are only handled again.
+        threading.Thread(target=commit_and_leave, name="cleaner-close", daemon=True).start()
+        if not closed.wait(self.config.close_timeout_s):
+            self.abandoned_close = True
+            log(
+                LOGGER,
+                logging.WARNING,
+                f"the broker did not take the final offset commit and group leave within "
+                f"{self.config.close_timeout_s:.0f} s; stopping anyway: the records since the last commit will "
+                "be handled again (at least once, and every handler is idempotent)",
+                cleaner_id=self.config.cleaner_id,
+            )
+            return
         log(LOGGER, logging.INFO, "cleaner stopped", cleaner_id=self.config.cleaner_id)
 
     # -- routing -----------------------------------------------------------------------------------
