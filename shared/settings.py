@@ -50,7 +50,7 @@ NON_SETTING_VARIABLES: Mapping[str, str] = {
     "ACIDCLEAN_CONFIG": "the settings file of `acidclean audit` (acidclean/cli/audit.py)",
     "ACIDCLEAN_CACHE_DIR": "the local stack's jar cache (deploy/local/jars.py)",
     "ACIDCLEAN_MAVEN_SETTINGS": "a Maven settings.xml for fetching the local stack's jars (deploy/local/jars.py)",
-    "ACIDCLEAN_TEST_METASTORE": "hive2 or hive3, the metastore of `stack up` and the test fixtures",
+    "ACIDCLEAN_TEST_METASTORE": "hive2, hive3 or hive4, the metastore of `stack up` and the test fixtures",
     "ACIDCLEAN_CRASH_AT": "test-only crash point of the cleaner (consumers/crash_points.py)",
     "ACIDCLEAN_VENV_ARCHIVE": "the virtualenv shipped to Spark (deploy/production/vacuum-spark-submit.sh)",
 }

@@ -67,7 +67,7 @@ def stack() -> None:
     default="local",
     show_default=True,
     help="Where the warehouse lives: the local disk, a real HDFS (NameNode and DataNode in one local JVM) or "
-    "a real S3 API server on 127.0.0.1 (needs --metastore hive3).",
+    "a real S3 API server on 127.0.0.1 (needs --metastore hive3 or hive4).",
 )
 def up(state_dir: Path, flavour: str | None, kafka_port: int | None, metastore_port: int | None, storage: str) -> None:
     """Start the stack (or report the one already running)."""

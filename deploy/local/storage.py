@@ -37,9 +37,9 @@ def check_storage(storage: str, metastore_flavour: str) -> None:
         raise StackError(f"unknown storage {storage!r}: choose one of {', '.join(STORAGES)}")
     if storage == "s3" and metastore_flavour == "hive2":
         raise StackError(
-            "--storage s3 needs --metastore hive3: a vacuum on an object store commits through a metastore "
-            "transaction (base_N_vT), which needs per-table write ids, and the Hive 2.3 metastore of the pyspark "
-            "wheel has no S3A client that fits its Hadoop"
+            "--storage s3 needs --metastore hive3 or hive4: a vacuum on an object store commits through a "
+            "metastore transaction (base_N_vT), which needs per-table write ids, and the Hive 2.3 metastore of the "
+            "pyspark wheel has no S3A client that fits its Hadoop"
         )
 
 
