@@ -23,7 +23,13 @@ from acidclean.cli import examples
 from acidclean.shared.acid.names import is_hidden, parse_directory_name
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.state import acid_state as compute_acid_state
-from acidclean.shared.acid.write_ids import ValidCleanerWriteIdList, ValidIdList, ValidTxnList, ValidWriteIdList
+from acidclean.shared.acid.write_ids import (
+    ValidCleanerTxnList,
+    ValidCleanerWriteIdList,
+    ValidIdList,
+    ValidTxnList,
+    ValidWriteIdList,
+)
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.orc.reader import list_table_dir, read_state
 
@@ -48,6 +54,7 @@ class _SnapshotFlags:
     min_open_write_id: int | None
     cleaner: bool
     valid_txns: str | None
+    hive2: bool = False
 
 
 def _snapshot_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -62,10 +69,11 @@ def _snapshot_options(command: Callable[..., None]) -> Callable[..., None]:
         min_open_write_id: int | None,
         cleaner: bool,
         valid_txns: str | None,
+        hive2: bool,
         **kwargs: Any,
     ) -> None:
         flags = _SnapshotFlags(
-            high_watermark, _ids(open_ids), _ids(aborted_ids), min_open_write_id, cleaner, valid_txns
+            high_watermark, _ids(open_ids), _ids(aborted_ids), min_open_write_id, cleaner, valid_txns, hive2
         )
         command(*args, snapshot=flags, **kwargs)
 
@@ -84,6 +92,12 @@ def _snapshot_options(command: Callable[..., None]) -> Callable[..., None]:
             metavar="LIST",
             help="Hive ValidTxnList (hwm:minOpen:open:aborted) deciding which _vT directories are visible "
             "(default: all).",
+        ),
+        click.option(
+            "--hive2",
+            is_flag=True,
+            help="The names carry Hive 2 transaction ids (a Hive 2.x metastore): Hive 2's rules, where every base "
+            "is a compactor's and is read only below the lowest open transaction.",
         ),
     ]
     decorated: Callable[..., None] = with_snapshot
@@ -116,7 +130,11 @@ def _load(directory: str, flags: _SnapshotFlags) -> _Loaded:
     high_watermark = flags.high_watermark
     if high_watermark is None:
         high_watermark = max([_highest_write_id_in(listing), *flags.open_ids, *flags.aborted_ids])
-    kind = ValidCleanerWriteIdList if flags.cleaner else ValidWriteIdList
+    kind: type[ValidIdList]
+    if flags.hive2:
+        kind = ValidCleanerTxnList if flags.cleaner else ValidTxnList
+    else:
+        kind = ValidCleanerWriteIdList if flags.cleaner else ValidWriteIdList
     valid_ids = kind.from_ids(
         high_watermark, flags.open_ids, flags.aborted_ids, min_open_write_id=flags.min_open_write_id
     )

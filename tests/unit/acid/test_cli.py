@@ -155,3 +155,16 @@ def test_scan_of_an_unreadable_file_exits_non_zero_naming_it(table: TableWriter)
     result = run("scan", table.path, "--count")
     assert result.exit_code == 1
     assert "delta_0000002_0000002_0000/bucket_00000" in result.output
+
+
+def test_hive2_rules_refuse_for_lack_of_history_where_hive3_reads_an_insert_overwrite_base(tmp_path: Path) -> None:
+    # base_5 without _metadata_acid: on Hive 3+ an insert overwrite's base, read once write 5 committed;
+    # on Hive 2 every base is a compactor's, usable only below the lowest open transaction (3 here),
+    # and with no older base Hive 2's getAcidState refuses the listing. --hive2 says so the same way.
+    make_dirs(tmp_path, "delta_1_1", "base_5")
+    hive3 = run("acid-state", str(tmp_path), "--high-watermark", "6", "--open", "3")
+    assert hive3.exit_code == 0 and json.loads(hive3.output)["base"] == "base_5"
+    hive2 = run("acid-state", str(tmp_path), "--high-watermark", "6", "--open", "3", "--hive2")
+    assert hive2.exit_code == 1
+    assert "Not enough history available for (6,3)" in hive2.output
+    assert str(tmp_path / "base_5") in hive2.output
