@@ -129,7 +129,7 @@ class CleanerProcess:
             raise ConfigurationError(f"invalid allowed root: {error}") from error
         self.topics = CleanerTopics(*(settings.topic(name) for name in CLEANER_TOPICS))
         if self.options.create_topics:
-            ensure_topics(settings, CLEANER_TOPICS)
+            ensure_topics(settings, CLEANER_TOPICS, group=self.group_id)
 
         self._local = threading.local()
         self._clients: list[Any] = []

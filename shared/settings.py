@@ -153,6 +153,11 @@ class Settings(BaseSettings):
     topic_prefix: str = Field("", description="Prefix for every topic name, e.g. a tenant's name and a dot.")
     topics: TopicNames = Field(default_factory=TopicNames)
     topic_partitions: int = Field(6, gt=0, description="Partitions of each topic acidclean creates.")
+    create_topics: bool = Field(
+        True,
+        description="Create missing topics at start (CreateTopics). Off where topics are provisioned and the "
+        "client may not create them: acidclean then only checks that they exist and that it may use them.",
+    )
     topic_replication_factor: int = Field(
         -1, description="Replication of each topic acidclean creates; -1 takes the broker's default."
     )

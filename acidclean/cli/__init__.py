@@ -28,10 +28,12 @@ EXIT_DONE = 0
 EXIT_FAILED = 1  # an AcidCleanError other than a configuration error, a refusal, a service down
 EXIT_USAGE = 2  # bad arguments (click's own usage errors exit 2 too), a bad table name, bad settings
 EXIT_NOT_PUBLISHED = 3  # the work is done and committed, but its event waits in the outbox
+EXIT_UNAVAILABLE = 4  # a service did not answer: no Kafka broker or metastore at the configured address
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports a process killed by it)
 EXIT_CODES = (
     "Exit codes: 0 done, 1 failed, 2 usage (bad arguments, table name or settings), "
-    "3 done but its event not published (kept in the outbox), 130 interrupted (Ctrl-C)."
+    "3 done but its event not published (kept in the outbox), 4 a service did not answer (Kafka broker or "
+    "metastore unreachable), 130 interrupted (Ctrl-C)."
 )
 INTERRUPT_GRACE_S = 0.8
 
@@ -117,6 +119,22 @@ class InterruptWatchdog:
         self._writer.close()
 
 
+def service_unavailable(error: AcidCleanError) -> bool:
+    """Whether ``error`` says a service did not answer (exit 4) rather than refused or failed (exit 1).
+
+    Kafka's are :class:`ServiceUnavailableError`; the metastore client says "cannot reach" when no URI
+    accepts a connection, and chains the socket error when a connection broke twice during a call.
+    """
+    if any(kind.__name__ == "ServiceUnavailableError" for kind in type(error).__mro__):
+        return True  # not imported: acidclean.shared.bus.kafka_errors loads confluent-kafka
+    if type(error).__name__ == "MetastoreError":
+        cause = error.__cause__
+        return str(error).startswith("cannot reach the Hive Metastore") or isinstance(cause, (OSError, EOFError)) or (
+            cause is not None and type(cause).__name__ == "TTransportException"
+        )
+    return False
+
+
 # The watchdog of this process: signals and their wakeup descriptor are per process, not per command.
 _watchdog: InterruptWatchdog | None = None
 
@@ -171,7 +189,7 @@ class _Group(click.Group):
             sys.exit(EXIT_USAGE)
         except AcidCleanError as error:
             click.echo(f"error: {error}", err=True)
-            sys.exit(EXIT_FAILED)
+            sys.exit(EXIT_UNAVAILABLE if service_unavailable(error) else EXIT_FAILED)
 
 
 @click.group(

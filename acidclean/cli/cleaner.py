@@ -44,6 +44,9 @@ from acidclean.consumers.logs import configure_json_logging
     "default 1d.",
 )
 @click.option("--dry-run", is_flag=True, help="Delete nothing; publish CleanupDone(dry_run=true) with what would go.")
+@click.option(
+    "--no-create-topics", is_flag=True, help="Only check that the topics exist (provisioned topics, no Create ACL)."
+)
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), help="Serve Prometheus /metrics on this port.")
 @click.option("--cleaner-id", help="This process's id in events and logs (default: host-pid).")
 @click.option(
@@ -60,6 +63,7 @@ def cleaner(
     tenant: str | None,
     max_wait_s: str | None,
     dry_run: bool,
+    no_create_topics: bool,
     metrics_port: int | None,
     cleaner_id: str | None,
     log_level: str,
@@ -80,6 +84,7 @@ def cleaner(
             "cleanup_interval_ms": interval_ms,
             "tenant": tenant,
             "max_wait_s": max_wait_s,
+            "create_topics": False if no_create_topics else None,
         },
     )
     options = CleanerOptions(

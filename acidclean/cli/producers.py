@@ -36,8 +36,13 @@ PARTITION_SPELLING = (
 )
 
 
-def _settings(config_file: Path | None) -> Settings:
-    return command_settings(config_file)
+no_create_topics_option = click.option(
+    "--no-create-topics", is_flag=True, help="Only check that the topic exists (provisioned topics, no Create ACL)."
+)
+
+
+def _settings(config_file: Path | None, no_create_topics: bool = False) -> Settings:
+    return command_settings(config_file, overrides={"create_topics": False} if no_create_topics else None)
 
 
 def _metastore(settings: Settings) -> HiveMetastore:
@@ -93,6 +98,7 @@ PUBLISH_TIMEOUT = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--publish-timeout", type=PUBLISH_TIMEOUT, default=30.0, show_default=True, help="Seconds to wait for Kafka."
 )
+@no_create_topics_option
 @config_option
 def vacuum(
     table: str,
@@ -103,6 +109,7 @@ def vacuum(
     master: str | None,
     outbox_dir: str | None,
     publish_timeout: float,
+    no_create_topics: bool,
     config_file: Path | None,
 ) -> None:
     """Compact DB.TABLE on Spark and publish VacuumCommitted.
@@ -113,7 +120,7 @@ def vacuum(
     from acidclean.producers.publish import Publisher
     from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum, spark_session
 
-    settings = _settings(config_file)
+    settings = _settings(config_file, no_create_topics)
     compaction = CompactionType.MAJOR if full else CompactionType.MINOR
     request = VacuumRequest(table, partition, compaction, dry_run, allow_uncleaned)
     with _metastore(settings) as metastore:
@@ -215,6 +222,7 @@ def create_table(
 @click.option("--partition", metavar="K=V[/K2=V2]", help="The partition to write (created if missing).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated values.")
 @click.option("--publish/--no-publish", default=True, show_default=True, help="Publish DeltaCommitted.")
+@no_create_topics_option
 @config_option
 def ingest(
     table: str,
@@ -224,6 +232,7 @@ def ingest(
     partition: str | None,
     seed: int,
     publish: bool,
+    no_create_topics: bool,
     config_file: Path | None,
 ) -> None:
     """Commit deltas to DB.TABLE, as streaming ingest does.
@@ -233,11 +242,12 @@ def ingest(
     """
     from acidclean.producers.ingest import CommitResult, IngestRequest
     from acidclean.producers.ingest import ingest as run_ingest
+    from acidclean.shared.bus.kafka_errors import KafkaAccessDeniedError, KafkaTopicMissingError
     from acidclean.shared.bus.producer import KafkaEventBus
     from acidclean.shared.bus.topics import ensure_topics
-    from acidclean.shared.errors import AcidCleanError
+    from acidclean.shared.errors import AcidCleanError, ConfigurationError
 
-    settings = _settings(config_file)
+    settings = _settings(config_file, no_create_topics)
     db, name = split_table_name(table)
     bus = None
     if publish:
@@ -246,6 +256,8 @@ def ingest(
             bus = KafkaEventBus(
                 settings.kafka, source="/acidclean/ingest", delivery_timeout_s=10.0, total_timeout_s=10.0
             )
+        except (ConfigurationError, KafkaAccessDeniedError, KafkaTopicMissingError):
+            raise  # a wrong setting, ACL or topic: fix it first, nothing was written
         except AcidCleanError as error:
             _info(f"warning: DeltaCommitted events will not be published: {error}")
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from acidclean.shared.bus.client_logs import with_client_logger
+from acidclean.shared.bus.kafka_errors import configuration_error
 from acidclean.shared.errors import BusError, ConfigurationError
 
 REQUIRED_CONSUMER_SETTINGS = {
@@ -52,7 +53,7 @@ def make_consumer(kafka: Mapping[str, str], group_id: str) -> Consumer:
     try:
         return Consumer(with_client_logger(consumer_config(kafka, group_id)))
     except KafkaException as error:
-        raise ConfigurationError(f"invalid Kafka consumer settings: {error.args[0].str()}") from error
+        raise configuration_error(error, "consumer") from error
 
 
 class OffsetLedger:

@@ -20,6 +20,7 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_e
 from acidclean.schemas.common import EventBase
 from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.bus.codec import DEFAULT_SOURCE, encode
+from acidclean.shared.bus.kafka_errors import AUTHORIZATION_CODES, KafkaAccessDeniedError, configuration_error, refused
 from acidclean.shared.bus.protocol import Delivery
 from acidclean.shared.bus.records import OutgoingRecord
 from acidclean.shared.errors import BusError, ConfigurationError
@@ -88,7 +89,7 @@ def _kafka_producer(config: dict[str, str]) -> ProducerLike:
     try:
         producer: ProducerLike = Producer(with_client_logger(config))
     except KafkaException as error:
-        raise ConfigurationError(f"invalid Kafka producer settings: {error.args[0].str()}") from error
+        raise configuration_error(error, "producer") from error
     return producer
 
 
@@ -183,6 +184,11 @@ class KafkaEventBus:
                 raise self._refused_error(item, error.args[0]) from error
 
     def _refused_error(self, item: _Pending, error: KafkaError) -> BusError:
+        if error.code() in AUTHORIZATION_CODES:
+            denied = refused(self._config, error, topic=item.topic, doing="write to", operations="Write")
+            return KafkaAccessDeniedError(
+                f"{denied}; event {item.event.event_id} ({item.event.event_type}) was not published"
+            )
         fatal = " The producer is in a fatal state: restart the process." if error.fatal() else ""
         return BusError(
             f"Kafka refused event {item.event.event_id} ({item.event.event_type}) for topic {item.topic!r}: "

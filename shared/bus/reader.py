@@ -15,6 +15,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from acidclean.shared.bus.client_logs import with_client_logger
+from acidclean.shared.bus.kafka_errors import (
+    AUTHORIZATION_CODES,
+    UNREACHABLE_CODES,
+    configuration_error,
+    refused,
+    unreachable,
+)
 from acidclean.shared.errors import BusError
 
 Partition = tuple[str, int]
@@ -63,11 +70,13 @@ class LogReader:
         try:
             consumer = Consumer(with_client_logger(self._config))
         except KafkaException as error:
-            raise BusError(f"invalid Kafka settings for reading: {error.args[0].str()}") from error
+            raise configuration_error(error, "reader") from error
         try:
             remaining = self._assign(consumer)
             yield from self._read(consumer, remaining)
         except KafkaException as error:
+            if error.args[0].code() in UNREACHABLE_CODES:
+                raise unreachable(self._config, f"reading {', '.join(self._topics)}", error.args[0].str()) from error
             raise BusError(
                 f"reading {', '.join(self._topics)} failed: {error.args[0].str()}; check that "
                 f"bootstrap.servers={self._config.get('bootstrap.servers', '')!r} is reachable"
@@ -80,6 +89,8 @@ class LogReader:
         assignment = []
         for topic in self._topics:
             found = metadata.topics.get(topic)
+            if found is not None and found.error is not None and found.error.code() in AUTHORIZATION_CODES:
+                raise refused(self._config, found.error, topic=topic, doing="read", operations="Read")
             if found is None or found.error is not None:
                 self.missing_topics.append(topic)
                 continue
@@ -128,6 +139,8 @@ class LogReader:
                     if error.code() == KafkaError._PARTITION_EOF:
                         self._finish(consumer, remaining, key)
                         continue
+                    if error.code() in AUTHORIZATION_CODES:
+                        raise refused(self._config, error, topic=key[0], doing="read", operations="Read")
                     raise KafkaException(error)
                 offset = message.offset() or 0
                 end = self.end_offsets.get(key, 0)

@@ -16,6 +16,14 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from acidclean.shared.bus.client_logs import with_client_logger
+from acidclean.shared.bus.kafka_errors import (
+    AUTHORIZATION_CODES,
+    UNREACHABLE_CODES,
+    KafkaTopicMissingError,
+    configuration_error,
+    refused,
+    unreachable,
+)
 from acidclean.shared.errors import BusError
 from acidclean.shared.settings import Settings, TopicNames
 
@@ -59,10 +67,38 @@ def topic_specs(settings: Settings, names: Iterable[str] | None = None) -> list[
     ]
 
 
-def ensure_topics(settings: Settings, names: Iterable[str] | None = None, *, timeout_s: float = 30.0) -> TopicsReport:
-    """Create the topics that do not exist yet; existing topics are left exactly as they are."""
+def _admin(settings: Settings) -> AdminClient:
+    try:
+        return AdminClient(with_client_logger(settings.kafka))
+    except KafkaException as error:
+        raise configuration_error(error, "admin client") from error
+
+
+def ensure_topics(
+    settings: Settings,
+    names: Iterable[str] | None = None,
+    *,
+    timeout_s: float = 30.0,
+    group: str | None = None,
+) -> TopicsReport:
+    """Create the topics that do not exist yet; existing topics are left exactly as they are.
+
+    With ``settings.create_topics`` off it only checks that they exist (:func:`check_topics`). With a
+    ``group``, it also checks that this client may use that consumer group. A refusal is one line
+    naming the topic or group and the ACL to grant (:mod:`acidclean.shared.bus.kafka_errors`).
+    """
+    if not settings.create_topics:
+        report = check_topics(settings, names, timeout_s=timeout_s)
+    else:
+        report = _create_topics(settings, names, timeout_s=timeout_s)
+    if group is not None:
+        check_group(settings, group, timeout_s=timeout_s)
+    return report
+
+
+def _create_topics(settings: Settings, names: Iterable[str] | None, *, timeout_s: float) -> TopicsReport:
     specs = topic_specs(settings, names)
-    admin = AdminClient(with_client_logger(settings.kafka))
+    admin = _admin(settings)
     futures = admin.create_topics(
         [NewTopic(spec.name, spec.partitions, spec.replication_factor, config=spec.config) for spec in specs],
         operation_timeout=timeout_s,
@@ -78,14 +114,55 @@ def ensure_topics(settings: Settings, names: Iterable[str] | None = None, *, tim
             if kafka_error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 existing.append(spec.name)
                 continue
+            if kafka_error.code() in AUTHORIZATION_CODES:
+                if kafka_error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    # The broker denied Create (on the topic or the cluster): same advice either way.
+                    kafka_error = KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED)
+                raise refused(settings.kafka, kafka_error, topic=spec.name, doing="create") from error
+            if kafka_error.code() in UNREACHABLE_CODES:
+                raise unreachable(settings.kafka, f"creating topic {spec.name}", kafka_error.str()) from error
             raise BusError(
                 f"could not create topic {spec.name!r} ({spec.partitions} partitions, replication "
                 f"{spec.replication_factor}): {kafka_error.str()}; check bootstrap.servers="
                 f"{settings.bootstrap_servers!r}, the client's ACLs and the brokers' replication capacity"
             ) from error
         except Exception as error:  # a future that timed out raises concurrent.futures.TimeoutError
-            raise BusError(
-                f"creating topic {spec.name!r} got no answer within {timeout_s:g} s; check that "
-                f"bootstrap.servers={settings.bootstrap_servers!r} is reachable"
-            ) from error
+            raise unreachable(settings.kafka, f"creating topic {spec.name} within {timeout_s:g} s") from error
     return TopicsReport(created=created, existing=existing)
+
+
+def check_topics(settings: Settings, names: Iterable[str] | None = None, *, timeout_s: float = 30.0) -> TopicsReport:
+    """Check, without creating anything, that the topics exist and this client may see them."""
+    admin = _admin(settings)
+    existing = []
+    for spec in topic_specs(settings, names):
+        try:
+            metadata = admin.list_topics(topic=spec.name, timeout=timeout_s)
+        except KafkaException as error:
+            detail = error.args[0].str()
+            raise unreachable(settings.kafka, f"a metadata request for topic {spec.name}", detail) from error
+        found = metadata.topics.get(spec.name)
+        topic_error = found.error if found is not None else KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+        if topic_error is None:
+            existing.append(spec.name)
+            continue
+        if topic_error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            raise KafkaTopicMissingError(
+                f"topic {spec.name} does not exist and topics are not created (--no-create-topics, "
+                f"create_topics=false): create it ({spec.partitions} partitions"
+                f"{', retention.ms=-1' if spec.config == KEEP_FOREVER else ''}) or let acidclean create it"
+            )
+        raise refused(settings.kafka, topic_error, topic=spec.name, doing="use", operations="Read and Write")
+    return TopicsReport(created=[], existing=existing)
+
+
+def check_group(settings: Settings, group: str, *, timeout_s: float = 30.0) -> None:
+    """Check that this client may use consumer group ``group`` (a group not created yet passes)."""
+    admin = _admin(settings)
+    future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+    try:
+        future.result(timeout_s)
+    except KafkaException as error:
+        raise refused(settings.kafka, error.args[0], group=group, doing="join") from error
+    except Exception as error:  # concurrent.futures.TimeoutError
+        raise unreachable(settings.kafka, f"describing consumer group {group} within {timeout_s:g} s") from error

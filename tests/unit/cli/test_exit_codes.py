@@ -13,7 +13,7 @@ import pyarrow.fs as pafs
 import pytest
 from click.testing import CliRunner, Result
 
-from acidclean.cli import EXIT_FAILED, EXIT_NOT_PUBLISHED, EXIT_USAGE, main
+from acidclean.cli import EXIT_FAILED, EXIT_NOT_PUBLISHED, EXIT_UNAVAILABLE, EXIT_USAGE, main
 from acidclean.deploy.local.process import free_port
 from acidclean.producers.outbox import Outbox
 from acidclean.producers.publish import complete_event
@@ -71,10 +71,10 @@ def test_bad_settings_exit_2(tmp_path: Path) -> None:
     assert "unknown setting 'no.such.key'" in result.output
 
 
-def test_a_metastore_that_does_not_answer_fails_with_1() -> None:
+def test_a_metastore_that_does_not_answer_exits_4() -> None:
     result = run("create-table", "sales.orders", "--columns", "id int",
                  env={"ACIDCLEAN_METASTORE_URIS": f"thrift://127.0.0.1:{free_port()}"})
-    assert result.exit_code == EXIT_FAILED
+    assert result.exit_code == EXIT_UNAVAILABLE
     assert "error: cannot reach the Hive Metastore" in result.output
     assert "Traceback" not in result.output
 
