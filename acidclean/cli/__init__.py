@@ -119,6 +119,21 @@ class InterruptWatchdog:
         self._writer.close()
 
 
+# The optional dependencies (pyproject's extras) and the modules each brings: the cleaner, the audit
+# and the stack install without them, so the commands that need one check before they start.
+EXTRAS: dict[str, tuple[str, ...]] = {"vacuum": ("pyspark", "pyorc"), "plot": ("matplotlib",)}
+
+
+def require_extra(extra: str, command: str) -> None:
+    """Exit 1 with one line naming the extra to install when a module of ``extra`` does not import."""
+    for module in EXTRAS[extra]:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            click.echo(f"error: {command} needs the {extra} extra: pip install 'acidclean[{extra}]'", err=True)
+            sys.exit(EXIT_FAILED)
+
+
 def service_unavailable(error: AcidCleanError) -> bool:
     """Whether ``error`` says a service did not answer (exit 4) rather than refused or failed (exit 1).
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from acidclean.cli import examples, table_name
+from acidclean.cli import examples, require_extra, table_name
 from acidclean.cli.context import command_settings
 from acidclean.consumers.audit import AuditRow, read_audit
 from acidclean.schemas.common import PARTITION_PATTERN, utc_now
@@ -160,6 +160,8 @@ def audit(
         raise click.BadParameter(f"{partition!r} is not k=v[/k2=v2...]", param_hint="--partition")
     if plot_file is not None and table is None:
         raise click.UsageError("--plot draws one table's timeline: give DB.TABLE")
+    if plot_file is not None:
+        require_extra("plot", "acidclean audit --plot")
     since = parse_since(since_text, utc_now()) if since_text else None
     settings = command_settings(config_file)
     rows, reader = read_audit(settings, table=table, partition=partition, since=since)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from acidclean.cli import examples
+from acidclean.cli import examples, require_extra
 from acidclean.cli.stack import state_dir_option
 from acidclean.deploy.local.demo import DemoOptions, run_demo
 from acidclean.deploy.local.metastore import FLAVOURS
@@ -31,6 +31,7 @@ def demo(
     Starts the stack, streams commits into a table, holds a reader's lock through a vacuum, and shows
     the cleaner waiting for it, then cleaning; the stack keeps running afterwards.
     """
+    require_extra("vacuum", "acidclean demo")
     flavour = flavour or ("hive3" if storage == "s3" else "hive2")
     options = DemoOptions(state_dir, flavour, commits, rows, interval_ms, full=not minor, storage=storage)
     run_demo(options, click.echo)

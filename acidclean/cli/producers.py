@@ -12,17 +12,19 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from acidclean.cli import EXIT_NOT_PUBLISHED, examples, table_name
+from acidclean.cli import EXIT_NOT_PUBLISHED, examples, require_extra, table_name
 from acidclean.cli.context import command_settings
 from acidclean.producers.plan import CompactionType, describe_plan, format_bytes
-from acidclean.producers.publish import PublishOutcome
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import split_table_name
 from acidclean.shared.settings import Settings
+
+if TYPE_CHECKING:  # publish imports the ORC writer (pyorc, the vacuum extra)
+    from acidclean.producers.publish import PublishOutcome
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
@@ -117,6 +119,7 @@ def vacuum(
     Compacts the deltas (MINOR, or with --full base and deltas: MAJOR), commits the new directory,
     snapshots the read locks held then, and publishes the event the cleaners act on.
     """
+    require_extra("vacuum", "acidclean vacuum")
     from acidclean.producers.publish import Publisher
     from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum, spark_session
 
@@ -191,6 +194,7 @@ def create_table(
 
     In the metastore, with its directory under the warehouse.
     """
+    require_extra("vacuum", "acidclean create-table")
     from acidclean.producers.hive_types import parse_columns
     from acidclean.producers.ingest import create_table as create
 
@@ -240,6 +244,7 @@ def ingest(
     Each commit opens a transaction, takes a SHARED_WRITE lock, writes a delta (and a delete delta),
     commits, and publishes DeltaCommitted.
     """
+    require_extra("vacuum", "acidclean ingest")
     from acidclean.producers.ingest import CommitResult, IngestRequest
     from acidclean.producers.ingest import ingest as run_ingest
     from acidclean.shared.bus.kafka_errors import KafkaAccessDeniedError, KafkaTopicMissingError
@@ -347,6 +352,7 @@ def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Pa
 
     Exit 0 when all were published, 3 when some still cannot be (they stay in the outbox).
     """
+    require_extra("vacuum", "acidclean outbox flush")
     from acidclean.producers.publish import Publisher, flush_outbox
     from acidclean.producers.vacuum import outbox_for
 
@@ -368,6 +374,7 @@ def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Pa
 @config_option
 def outbox_list(outbox_dir: str | None, config_file: Path | None) -> None:
     """List the events waiting in the outbox."""
+    require_extra("vacuum", "acidclean outbox list")
     from acidclean.producers.vacuum import outbox_for
 
     box = outbox_for(_settings(config_file), outbox_dir)

@@ -126,7 +126,10 @@ def pyspark_jars() -> Path:
     try:
         import pyspark
     except ImportError as error:
-        raise StackError("pyspark is not installed: run `make install` (or `pip install -e .`)") from error
+        raise StackError(
+            "the hive2 metastore runs from the pyspark wheel's jars, which needs the vacuum extra: "
+            "pip install 'acidclean[vacuum]' (or use --metastore hive3 or hive4)"
+        ) from error
     jars = Path(pyspark.__file__).resolve().parent / "jars"
     if not any(jars.glob("hive-metastore-2.3.*.jar")):
         raise StackError(f"no Hive 2.3 metastore jar in {jars}: reinstall pyspark 4.0.x")
