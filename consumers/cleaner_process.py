@@ -4,7 +4,8 @@
 the loop (:mod:`acidclean.consumers.loop`), the handler (:mod:`acidclean.consumers.handler`), one
 metastore client and one idempotent producer per worker thread, a pool of
 ``hive.compaction-cleanup-threads`` workers for tables and another as many for deletes, and the
-Prometheus endpoint. SIGTERM and SIGINT stop it gracefully.
+Prometheus endpoint with the probes (``/healthz``: the loop steps; ``/readyz``: the group joined, the
+broker and a metastore reachable). SIGTERM and SIGINT stop it gracefully.
 
 Tenants. A process works for exactly one tenant (``--tenant``). It joins the group
 ``<group>.<tenant>`` and skips records whose key belongs to another tenant, so tenants may share
@@ -24,12 +25,14 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.handler import (
@@ -41,7 +44,7 @@ from acidclean.consumers.handler import (
 )
 from acidclean.consumers.logs import log
 from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
-from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.metrics import CleanerMetrics, Probes
 from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.consumer import consumer_config
@@ -50,10 +53,12 @@ from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import ConfigurationError, UnsafePathError
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.metastore import parse_metastore_uris
 from acidclean.shared.settings import Settings
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
+PROBE_TIMEOUT_S = 2.0  # per readiness check; the chart's probe timeoutSeconds leaves room for two
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class CleanerOptions:
 
     dry_run: bool = False
     metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"
     cleaner_id: str | None = None
     crash_points: CrashPoints = field(default_factory=NoCrashes)  # tests of rule 5: ACIDCLEAN_CRASH_AT
     batch_size: int = 500
@@ -181,6 +187,85 @@ class CleanerProcess:
             executor=self._lane_pool,
             metrics=self.metrics,
         )
+        self._stopping = False
+        self._joined = threading.Event()
+        self._http: Any = None
+        self._consumer_given = consumer is not None
+        self._probe_admin: AdminClient | None = None
+        # A step blocks at most half a second polling, longer only while a rebalance waits for the
+        # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.
+        self.probes = Probes(stale_after_s=max(60.0, 2 * self.loop.config.revoke_timeout_s))
+        self._wire_probes()
+
+    def _wire_probes(self) -> None:
+        """Feed the probes from the loop without changing it: its step and its rebalance callbacks are
+        wrapped on this instance (``run`` calls ``self.step()``; ``subscribe`` passes ``self.on_assign``)."""
+        loop, probes, joined = self.loop, self.probes, self._joined
+        step, on_assign, on_lost = loop.step, loop.on_assign, loop.on_lost
+
+        def stepped() -> None:
+            step()
+            probes.stepped()
+
+        def assigned(consumer: Any, partitions: Any) -> None:
+            on_assign(consumer, partitions)
+            joined.set()  # cooperative-sticky calls it after every join, with no partitions too
+
+        def lost(consumer: Any, partitions: Any) -> None:
+            joined.clear()  # out of the group until the next assignment
+            on_lost(consumer, partitions)
+
+        loop.step = stepped  # type: ignore[method-assign]
+        loop.on_assign = assigned  # type: ignore[method-assign]
+        loop.on_lost = lost  # type: ignore[method-assign]
+        probes.add_check(self._check_running)
+        probes.add_check(self._check_group)
+        probes.add_check(self._check_broker)
+        probes.add_check(self._check_metastore)
+
+    def _check_running(self) -> str | None:
+        return "stopping" if self._stopping else None
+
+    def _check_group(self) -> str | None:
+        if self._joined.is_set():
+            return None
+        return f"not in consumer group {self.group_id} yet: no partition assignment received"
+
+    def _check_broker(self) -> str | None:
+        """Metadata of the vacuum topic from a client of the probes' own: the consumer belongs to the
+        loop's thread (its list_topics from another thread blocked there while the loop polled)."""
+        if self._consumer_given:  # a test's fake consumer: no broker
+            return None
+        if self._probe_admin is None:
+            config: dict[str, Any] = producer_settings(self.settings.kafka)
+            config["logger"] = logging.getLogger("acidclean.kafka")
+            self._probe_admin = AdminClient(config)
+        topic = self.topics.vacuum_committed
+        try:
+            metadata = self._probe_admin.list_topics(topic, timeout=PROBE_TIMEOUT_S)
+        except KafkaException as error:
+            servers = self.settings.kafka.get("bootstrap.servers", "?")
+            return f"broker unreachable ({servers}): {error.args[0].str()}"
+        found = metadata.topics.get(topic)
+        if found is None:
+            return f"topic {topic} missing on the broker"
+        if found.error is not None:
+            return f"topic {topic} not readable: {found.error.str()}"
+        return None
+
+    def _check_metastore(self) -> str | None:
+        """Ready when any metastore of ``hive.metastore.uris`` accepts a connection (the client fails
+        over between them the same way)."""
+        failures = []
+        for host, port in parse_metastore_uris(self.settings.metastore_uris):
+            started = time.monotonic()
+            try:
+                with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
+                    return None
+            except OSError as error:
+                took = time.monotonic() - started
+                failures.append(f"thrift://{host}:{port} ({error.strerror or error} after {took:.1f} s)")
+        return "metastore unreachable: " + ", ".join(failures)
 
     def _per_thread(self, name: str, factory: Callable[[], Any]) -> Callable[[], Any]:
         def get() -> Any:
@@ -212,7 +297,7 @@ class CleanerProcess:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: self.stop())
         if self.options.metrics_port is not None:
-            self.metrics.serve(self.options.metrics_port)
+            self._http = self.metrics.serve(self.options.metrics_port, self.options.metrics_address, self.probes)
         log(
             LOGGER,
             logging.INFO,
@@ -252,9 +337,14 @@ class CleanerProcess:
                 log(LOGGER, logging.WARNING, f"warm-up: {type(error).__name__}: {error}")
 
     def stop(self) -> None:
+        self._stopping = True
         self.loop.stop()
 
     def close(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
         self._lane_pool.shutdown(wait=True, cancel_futures=True)
         self._delete_pool.shutdown(wait=True, cancel_futures=True)
         with self._clients_lock:
