@@ -160,4 +160,4 @@ def refused(
     if code in UNREACHABLE_CODES:
         return unreachable(kafka, f"{doing} {'topic ' + topic if topic else 'group ' + str(group)}", error.str())
     target = f"topic {topic}" if topic else f"group {group}"
-    return BusError(f"Kafka refused to {doing} {target}: {error.str()}")
+    return BusError(f"Kafka refused to {doing} {target}: {error.str()} [{error.name()}]")

@@ -187,7 +187,8 @@ class KafkaEventBus:
         if error.code() in AUTHORIZATION_CODES:
             denied = refused(self._config, error, topic=item.topic, doing="write to", operations="Write")
             return KafkaAccessDeniedError(
-                f"{denied}; event {item.event.event_id} ({item.event.event_type}) was not published"
+                f"{denied}; event {item.event.event_id} ({item.event.event_type}) was not published (do not "
+                "commit the input offset)"
             )
         fatal = " The producer is in a fatal state: restart the process." if error.fatal() else ""
         return BusError(

@@ -3,7 +3,10 @@
 Used by ``acidclean audit``: partitions are assigned directly (nothing joins a group and no offset is
 ever committed, so reading disturbs no cleaner), the end of each partition is its high watermark
 when reading starts, and records written after that are left for the next run. librdkafka needs a
-``group.id`` even for assigned partitions, so a throwaway one is set; it is never used on the broker.
+``group.id`` even for assigned partitions, so a throwaway one is set; no offset is committed under it,
+but the client still looks up its coordinator, which a broker with ACLs allows only with Read on the
+group: the throwaway id starts with the ``group.id`` of the Kafka settings (default
+``acidclean-reader``), so one prefixed ACL covers every run.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.bus.kafka_errors import (
     AUTHORIZATION_CODES,
     UNREACHABLE_CODES,
+    KafkaAccessDeniedError,
     configuration_error,
+    principal,
     refused,
     unreachable,
 )
@@ -31,11 +36,15 @@ TRANSIENT_LEADER_ERRORS = frozenset(
 )
 
 
+READER_GROUP_PREFIX = "acidclean-reader"
+
+
 def reader_config(kafka: Mapping[str, str]) -> dict[str, str]:
     """Pass-through settings plus what a read-only, group-less scan needs."""
+    prefix = kafka.get("group.id") or READER_GROUP_PREFIX
     return {
         **{str(key): str(value) for key, value in kafka.items()},
-        "group.id": f"acidclean-reader-{uuid.uuid4().hex}",
+        "group.id": f"{prefix}-{uuid.uuid4().hex}",
         "enable.auto.commit": "false",
         "enable.auto.offset.store": "false",
         "enable.partition.eof": "true",
@@ -89,6 +98,8 @@ class LogReader:
         assignment = []
         for topic in self._topics:
             found = metadata.topics.get(topic)
+            if found is None:  # the full listing leaves out topics this client may not describe: ask by name
+                found = consumer.list_topics(topic=topic, timeout=self._stall_timeout_s).topics.get(topic)
             if found is not None and found.error is not None and found.error.code() in AUTHORIZATION_CODES:
                 raise refused(self._config, found.error, topic=topic, doing="read", operations="Read")
             if found is None or found.error is not None:
@@ -139,6 +150,8 @@ class LogReader:
                     if error.code() == KafkaError._PARTITION_EOF:
                         self._finish(consumer, remaining, key)
                         continue
+                    if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                        raise self._group_refused() from KafkaException(error)
                     if error.code() in AUTHORIZATION_CODES:
                         raise refused(self._config, error, topic=key[0], doing="read", operations="Read")
                     raise KafkaException(error)
@@ -151,6 +164,17 @@ class LogReader:
                 yield message
                 if offset >= end - 1:
                     self._finish(consumer, remaining, key)
+
+    def _group_refused(self) -> KafkaAccessDeniedError:
+        prefix = self._config["group.id"].rsplit("-", 1)[0]
+        who = principal(self._config)
+        return KafkaAccessDeniedError(
+            f"the principal {who} may not use consumer groups {prefix}-*, which reading the topics needs (nothing "
+            f"is committed under them): grant Read on that prefix (kafka-acls --bootstrap-server "
+            f"{self._config.get('bootstrap.servers', '')} --add --allow-principal "
+            f"{who if who.startswith('User:') else 'User:NAME'} --operation Read --resource-pattern-type prefixed "
+            f"--group {prefix}-), or set kafka.group.id to a group prefix it may use"
+        )
 
     @staticmethod
     def _finish(consumer: Consumer, remaining: set[Partition], key: Partition) -> None:

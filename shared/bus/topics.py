@@ -8,6 +8,7 @@ recent, and a finished vacuum's history is complete from the vacuum and done eve
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,9 @@ from acidclean.shared.errors import BusError
 from acidclean.shared.settings import Settings, TopicNames
 
 KEEP_FOREVER = {"retention.ms": "-1"}
+COORDINATOR_STARTING = frozenset(
+    {KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR}
+)
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "vacuum_committed": KEEP_FOREVER,
     "cleanup_done": KEEP_FOREVER,
@@ -159,10 +163,19 @@ def check_topics(settings: Settings, names: Iterable[str] | None = None, *, time
 def check_group(settings: Settings, group: str, *, timeout_s: float = 30.0) -> None:
     """Check that this client may use consumer group ``group`` (a group not created yet passes)."""
     admin = _admin(settings)
-    future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
-    try:
-        future.result(timeout_s)
-    except KafkaException as error:
-        raise refused(settings.kafka, error.args[0], group=group, doing="join") from error
-    except Exception as error:  # concurrent.futures.TimeoutError
-        raise unreachable(settings.kafka, f"describing consumer group {group} within {timeout_s:g} s") from error
+    deadline = time.monotonic() + timeout_s
+    while True:
+        future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+        try:
+            future.result(timeout_s)
+            return
+        except KafkaException as error:
+            code = error.args[0].code()
+            if code == KafkaError.GROUP_ID_NOT_FOUND:
+                return  # a group that never had a member (the new consumer protocol's answer): not a refusal
+            if code in COORDINATOR_STARTING and time.monotonic() < deadline:
+                time.sleep(0.2)  # a fresh broker loads its group coordinator for a moment
+                continue
+            raise refused(settings.kafka, error.args[0], group=group, doing="join") from error
+        except Exception as error:  # concurrent.futures.TimeoutError
+            raise unreachable(settings.kafka, f"describing consumer group {group} within {timeout_s:g} s") from error

@@ -127,7 +127,7 @@ def test_full_local_queue_waits_for_room_instead_of_failing() -> None:
 
 
 def test_non_retriable_error_raises_an_actionable_bus_error_at_once() -> None:
-    producer = FakeProducer([KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), None])
+    producer = FakeProducer([KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), None])
     with pytest.raises(BusError, match=r"do not commit the input offset.*topic exists"):
         _bus(producer).publish("acid.vacuum.committed", vacuum())
     assert len(producer.produced) == 1
