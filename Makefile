@@ -39,6 +39,7 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy -p acidclean
 	$(BIN)/lint-imports
+	$(BIN)/hadolint deploy/docker/cleaner.Dockerfile deploy/docker/vacuum.Dockerfile
 
 stack-down:
 	$(BIN)/acidclean stack down

@@ -1,0 +1,38 @@
+# syntax=docker/dockerfile:1
+# The cleaner image: `acidclean cleaner` (and audit, initiator, stack status) without pyspark, pyorc or
+# matplotlib (the vacuum and plot extras), so no JDK either: HDFS is reached through hdfs-native, S3
+# through pyarrow. Build from the repository root:
+#   docker build -f deploy/docker/cleaner.Dockerfile -t acidclean-cleaner:0.1.0 .
+ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+# acidclean/ holds symbolic links to the top-level folders: copy both so the wheel build resolves them.
+COPY pyproject.toml README.md ./
+COPY acidclean/ acidclean/
+COPY consumers/ consumers/
+COPY deploy/ deploy/
+COPY producers/ producers/
+COPY schemas/ schemas/
+COPY shared/ shared/
+RUN python -m venv /opt/acidclean \
+ && /opt/acidclean/bin/pip install --no-compile . \
+ && /opt/acidclean/bin/acidclean cleaner --help > /dev/null
+
+FROM ${PYTHON_IMAGE}
+# A fixed numeric user, so runAsNonRoot can check it and the chart's runAsUser matches.
+RUN groupadd --system --gid 10001 acidclean \
+ && useradd --system --uid 10001 --gid acidclean --home-dir /nonexistent --no-create-home \
+      --shell /usr/sbin/nologin acidclean
+COPY --from=build /opt/acidclean /opt/acidclean
+# No bytecode written at run time: the chart mounts the root file system read-only.
+ENV PATH=/opt/acidclean/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    ACIDCLEAN_STATE_DIR=/tmp/acidclean
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 9464
+ENTRYPOINT ["acidclean"]
+CMD ["cleaner", "--metrics-port", "9464"]
