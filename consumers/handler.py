@@ -206,7 +206,10 @@ class TableLockCheck:
 
     def readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
         vacuum = vacuum_of(processed)
-        txn_rule = self._handler.config.wait_for_open_txns and vacuum.next_txn_id is not None
+        # A transaction commit is waited for whatever the setting says: a reader whose snapshot is older
+        # than T skips the _vT output even when it locks (docs/safety.md, rule 2).
+        visibility_commit = committed_through_transaction(vacuum.new_directories)
+        txn_rule = (self._handler.config.wait_for_open_txns or visibility_commit) and vacuum.next_txn_id is not None
         if self._locks is None and self._error is None:
             try:
                 if txn_rule:
@@ -227,7 +230,7 @@ class TableLockCheck:
                     vacuum.next_txn_id,
                     open_ids,
                     self._all_locks,
-                    visibility_commit=committed_through_transaction(vacuum.new_directories),
+                    visibility_commit=visibility_commit,
                 )
             except MetastoreError as error:
                 self._error = f"metastore check of open transactions failed: {error}"

@@ -189,7 +189,8 @@ class Settings(BaseSettings):
         True,
         description="Besides the lock snapshot, wait until every transaction open when the vacuum committed "
         "has ended (readers that take no locks, e.g. Hive 4 with hive.txn.read.locks=false). Turn off only "
-        "where every reader takes SHARED_READ locks.",
+        "where every reader takes SHARED_READ locks. A vacuum committed through a transaction (base_N_vT) is "
+        "always waited for this way, whatever this says.",
     )
     cleanup_error_tries: int = Field(
         3,

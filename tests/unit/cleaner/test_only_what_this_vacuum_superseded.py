@@ -204,6 +204,28 @@ def test_the_open_transaction_rule_can_be_turned_off_where_every_reader_locks() 
 
 
 @pytest.mark.rule1
+def test_a_transaction_commit_waits_for_older_transactions_even_with_the_rule_turned_off() -> None:
+    # The setting is for rename commits where every reader locks. A vacuum committed through T
+    # (delta_4_5_v59) is skipped by any reader whose snapshot predates T, locked or not: wait for them.
+    rig = hive3_rig()
+    rig.handler.config = type(rig.handler.config)(**{**rig.handler.config.__dict__, "wait_for_open_txns": False})
+    committed_through_59 = D45 + "_v0000059"
+    rig.fs.add_acid_dirs(LOCATION, [D4, D5, committed_through_59])
+    rig.metastore.open_txns = [48]
+    reader = rig.metastore.take_lock(31, "sales.orders", acquired_at=T0 + timedelta(seconds=30))
+    rig.metastore.locks = [dataclasses.replace(reader, txn_id=48)]  # it locked after the snapshot
+    event = vacuum(
+        new_directories=[committed_through_59], obsolete_directories=[D4, D5], highest_write_id=5, lock_snapshot=[],
+        next_txn_id=60,
+    )
+    outcome = rig.handle(event)
+    assert outcome.kind == "delayed" and rig.fs.deleted == []
+    rig.metastore.open_txns, rig.metastore.locks = [], []
+    assert rig.handle(outcome.event).kind == "cleaned"
+    assert rig.deleted_names() == sorted([D4, D5])
+
+
+@pytest.mark.rule1
 def test_a_reader_locked_on_another_table_does_not_hold_this_tables_cleanup() -> None:
     # Hive's rule would wait for every older open transaction (HIVE-26704); a transaction holding a
     # SHARED_READ lock reads with locks on, so it would have locked this table too before listing it.
