@@ -126,6 +126,7 @@ def test_the_crds_name_the_group_topics_and_prefixes_the_cleaner_uses(tmp_path: 
     properties.write_text(config_map["data"]["acidclean.properties"])
     settings = load_settings(config_file=properties, environ={})
     assert settings.tenant == "acme"
+    assert settings.create_topics is False  # Strimzi's KafkaTopics make them; the user may not
 
     (scaled,) = of_kind(docs, "ScaledObject")
     (trigger,) = scaled["spec"]["triggers"]
@@ -140,6 +141,7 @@ def test_the_crds_name_the_group_topics_and_prefixes_the_cleaner_uses(tmp_path: 
 
     (user,) = of_kind(docs, "KafkaUser")
     resources = [acl["resource"] for acl in user["spec"]["authorization"]["acls"]]
+    assert not any("Create" in acl["operations"] for acl in user["spec"]["authorization"]["acls"])
 
     def allowed(kind: str, name: str) -> bool:
         return any(
