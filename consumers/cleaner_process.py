@@ -312,6 +312,7 @@ class CleanerProcess:
             metrics_port=self.options.metrics_port,
         )
         self._warm_up()
+        self.probes.stepped()  # liveness counts from the loop's start: warm-up takes up to 10 s a thread
         try:
             self.loop.run()
         finally:
