@@ -38,5 +38,8 @@ def test_demo_story_requeues_while_the_reader_holds_on_then_cleans(
     assert "CleanupDone: 7 directories" in story, story
     after = next(line for line in lines if line.strip().startswith("after:"))
     assert after.split()[1:] == ["base_0000004"], after
+    # The closing line's exports let another shell run the cleaner: the allowed roots included.
+    closing = lines[-1]
+    assert "ACIDCLEAN_ALLOWED_ROOTS=" in closing and "ACIDCLEAN_METASTORE_URIS=" in closing, closing
     plots = list((tmp_path / "demo").glob("*.png"))
     assert len(plots) == 1 and plots[0].read_bytes()[:4] == b"\x89PNG"
