@@ -238,3 +238,38 @@ def test_one_fresh_file_keeps_an_old_staging_directory(tmp_path: Path) -> None:
         os.utime(path, (hour_ago, hour_ago))
     (Path(staging) / TARGETS[1] / "bucket_00001").write_bytes(b"just written")
     assert remove_abandoned_staging(FS, str(tmp_path), older_than_s=3600) == []
+
+
+class TxnsOf(LocksOnly):
+    """A metastore whose transaction list is given as Hive's string."""
+
+    def __init__(self, txns: str) -> None:
+        super().__init__()
+        self.txns = txns
+
+    def valid_txn_list(self) -> str:
+        return self.txns
+
+
+@pytest.mark.rule6
+@pytest.mark.parametrize(
+    ("txns", "published", "dropped", "kept"),
+    [
+        ("50:9223372036854775807::", 1, 0, 0),  # T=45 committed: publish, the draft leaves the outbox
+        ("50:45:45:", 0, 0, 1),  # T still open (a vacuum running, or dead until housekeeping aborts T)
+        ("50:9223372036854775807::45", 0, 1, 0),  # T aborted: its output is unused; drop the draft
+    ],
+)
+def test_a_transaction_commit_draft_is_published_kept_or_dropped_by_its_transactions_state(
+    tmp_path: Path, txns: str, published: int, dropped: int, kept: int
+) -> None:
+    targets = ["delete_delta_0000001_0000004_v0000045", "delta_0000001_0000004_v0000045"]
+    for target in targets:
+        (tmp_path / target).mkdir()  # written in place: present whatever T's state
+    outbox, bus = Outbox(tmp_path / "outbox"), InMemoryBus()
+    content = draft(tmp_path, new_directories=targets, staging_dir=None, visibility_txn_id=45)
+    outbox.save_draft(content)
+    report = flush_outbox(outbox, TxnsOf(txns), publisher(bus))  # type: ignore[arg-type]
+    assert (len(report.published), len(report.dropped), len(report.waiting)) == (published, dropped, kept)
+    assert len(outbox.entries()) == kept
+    assert len(bus.events("acid.vacuum.committed")) == published
