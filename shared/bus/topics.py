@@ -153,7 +153,7 @@ def check_topics(settings: Settings, names: Iterable[str] | None = None, *, time
         if topic_error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
             raise KafkaTopicMissingError(
                 f"topic {spec.name} does not exist and topics are not created (--no-create-topics, "
-                f"create_topics=false): create it ({spec.partitions} partitions"
+                f"create_topics=false): create it ({spec.partitions} partition{'s' if spec.partitions != 1 else ''}"
                 f"{', retention.ms=-1' if spec.config == KEEP_FOREVER else ''}) or let acidclean create it"
             )
         raise refused(settings.kafka, topic_error, topic=spec.name, doing="use", operations="Read and Write")

@@ -236,3 +236,16 @@ def test_tenant_a_keeps_working_after_being_refused(
     with pytest.raises(KafkaAccessDeniedError):
         list(LogReader(settings.kafka, ["b.acid.cleanup.done"], stall_timeout_s=10))
     a_cleaner_cleans(settings, metastore, tmp_path)
+
+
+def test_a_missing_topic_under_no_create_topics_is_one_line_naming_it(
+    secured_kafka: str, metastore_uri: str, tmp_path: Path
+) -> None:
+    not_provisioned = tenant_settings(secured_kafka, metastore_uri, tmp_path, "tenant-a", "a.unprovisioned")
+    result = run_cleaner_cli(not_provisioned, "--no-create-topics")
+    assert result.returncode == EXIT_FAILED, result.stderr
+    assert error_line(result) == (
+        "error: topic a.unprovisioned.acid.vacuum.committed does not exist and topics are not created "
+        "(--no-create-topics, create_topics=false): create it (1 partition, retention.ms=-1) or let acidclean "
+        "create it"
+    )
