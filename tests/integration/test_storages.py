@@ -38,6 +38,7 @@ from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.names import parse_directory_name
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.arrow_filesystem import StorageLocation, open_location
+from acidclean.shared.errors import VacuumError
 from acidclean.shared.orc.reader import read_snapshot
 from acidclean.shared.settings import Settings, load_settings
 
@@ -330,6 +331,30 @@ def test_a_vacuum_killed_while_writing_leaves_nothing_a_reader_uses(
     assert table.rows().equals(before_rows)
     if storage.name == "s3":
         assert result.publish is not None and leftover in result.publish.event.obsolete_directories
+
+
+@pytest.mark.rule6
+def test_a_vacuum_that_fails_while_writing_commits_nothing_and_leaves_only_what_readers_skip(
+    storage: StorageStack, kafka_bootstrap: str, spark: Any, unique_name: str, tmp_path: Path
+) -> None:
+    table = new_table(storage, unique_name, buckets=2)
+    table.write(commits=2, rows=100)
+    location = table.location
+    second = sorted(name for name in table.children() if name.startswith("delta_"))[-1]
+    with location.fs.arrow.open_output_stream(location.child(f"{second}/bucket_00001")) as out:
+        out.write(b"this is not an ORC file")  # read by a Spark task, not by the driver
+    before_children = table.children()
+    settings = table_settings(storage, table, kafka_bootstrap, tmp_path)
+    with pytest.raises(VacuumError, match=r"UnreadableFileError.*Nothing was committed"):
+        vacuum(table, settings, spark)
+    leftovers = table.children() - before_children
+    if storage.name == "s3":  # written in place under T, which the failure aborted
+        txns = ValidTxnList.from_string(storage.metastore.valid_txn_list())
+        for name in leftovers:
+            parsed = parse_directory_name(name)
+            assert parsed is not None and txns.is_txn_aborted(parsed.visibility_txn_id), name
+    else:
+        assert all(name.startswith("_tmp_acidclean_") for name in leftovers), leftovers
 
 
 def _wait_for_a_written_bucket(
