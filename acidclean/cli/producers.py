@@ -364,6 +364,11 @@ def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Pa
         click.echo(_outcome_line(outcome))
     for event_id in report.dropped:
         click.echo(f"dropped draft {event_id}: its vacuum never committed")
+    for event_id in report.waiting:
+        click.echo(
+            f"kept draft {event_id}: its vacuum's transaction is still open (the vacuum runs, or it died and the "
+            "metastore aborts the transaction once its heartbeats time out)"
+        )
     click.echo(f"{len(report.published)} published, {len(report.failed)} still pending in {box.directory}")
     if report.failed:
         sys.exit(EXIT_NOT_PUBLISHED)
