@@ -280,7 +280,8 @@ def _plan_and_vacuum(
             f"{plan.table} shows it), or pass --allow-uncleaned to vacuum anyway"
         )
     commit_with = _compact_and_commit if mode is CommitMode.RENAME else _compact_and_commit_txn
-    result = commit_with(plan, settings, metastore, location, info, spark(), publisher, outbox, progress, earlier)
+    job = _Job(settings, metastore, location, info, spark(), publisher, outbox, progress, earlier)
+    result = commit_with(plan, job)
     return dataclasses.replace(result, removed_staging=removed_staging)
 
 
@@ -304,20 +305,40 @@ def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo) -> None:
         )
 
 
-def _compact_and_commit(
-    plan: CompactionPlan,
-    settings: Settings,
-    metastore: Metastore,
-    location: StorageLocation,
-    info: TableInfo,
-    spark: SparkSession,
-    publisher: Publisher,
-    outbox: Outbox,
-    progress: Progress,
-    earlier: list[PublishOutcome],
-) -> VacuumResult:
+@dataclass(frozen=True)
+class _Job:
+    """What a vacuum's compaction and commit work with, whichever way it commits."""
+
+    settings: Settings
+    metastore: Metastore
+    location: StorageLocation
+    info: TableInfo
+    spark: SparkSession
+    publisher: Publisher
+    outbox: Outbox
+    progress: Progress
+    earlier: list[PublishOutcome]
+
+    def new_job_id(self) -> str:
+        return f"{self.spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
+
+    def write(self, plan: CompactionPlan, into: str) -> list[BucketResult]:
+        """Run one Spark task per bucket, writing the plan's targets under ``into``."""
+        tasks = bucket_tasks(
+            plan,
+            location_uri=self.location.uri,
+            staging_dir=into,
+            row_type=input_row_type(self.location.fs.arrow, plan),
+            codec=orc_codec(self.info.orc_compress),
+        )
+        return run_bucket_tasks(self.spark, tasks, self.progress)
+
+
+def _compact_and_commit(plan: CompactionPlan, job: _Job) -> VacuumResult:
+    settings, metastore, progress = job.settings, job.metastore, job.progress
+    location, outbox = job.location, job.outbox
     started = time.monotonic()
-    job_id = f"{spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
+    job_id = job.new_job_id()
     staging = staging_name(job_id)
     staging_dir = location.child(staging)
     fs = location.fs.arrow
@@ -328,14 +349,7 @@ def _compact_and_commit(
         f"{len(plan.buckets)} buckets -> {', '.join(plan.targets)}"
     )
     try:
-        tasks = bucket_tasks(
-            plan,
-            location_uri=location.uri,
-            staging_dir=staging_dir,
-            row_type=input_row_type(location.fs.arrow, plan),
-            codec=orc_codec(info.orc_compress),
-        )
-        results = run_bucket_tasks(spark, tasks, progress)
+        results = job.write(plan, staging_dir)
         produced = finish_directories(fs, staging_dir, plan.targets)
     except Exception as error:
         if isinstance(error, AcidCleanError):
@@ -350,12 +364,11 @@ def _compact_and_commit(
     commit(fs, location.path, staging_dir, produced, draft)
     event = complete_event(draft, metastore)  # the lock snapshot, taken after the rename
     outbox.save_event(draft, event)
-    return _committed_result(
-        plan, produced, results, started, job_id, draft, event, publisher, outbox, progress, earlier
-    )
+    return _committed_result(job, plan, produced, results, started, job_id, draft, event)
 
 
 def _committed_result(
+    job: _Job,
     plan: CompactionPlan,
     produced: list[str],
     results: list[BucketResult],
@@ -363,15 +376,11 @@ def _committed_result(
     job_id: str,
     draft: dict[str, Any],
     event: VacuumCommitted,
-    publisher: Publisher,
-    outbox: Outbox,
-    progress: Progress,
-    earlier: list[PublishOutcome],
     visibility_txn_id: int | None = None,
 ) -> VacuumResult:
     rows = sum(r.rows_written for r in results)
-    progress(f"  committed {', '.join(produced)} ({rows} rows); {len(event.lock_snapshot)} locks in the snapshot")
-    outcome = publish_committed(draft, event, publisher, outbox)
+    job.progress(f"  committed {', '.join(produced)} ({rows} rows); {len(event.lock_snapshot)} locks in the snapshot")
+    outcome = publish_committed(draft, event, job.publisher, job.outbox)
     return VacuumResult(
         status="committed",
         plan=plan,
@@ -384,24 +393,13 @@ def _committed_result(
         seconds=time.monotonic() - started,
         job_id=job_id,
         publish=outcome,
-        earlier=earlier,
+        earlier=job.earlier,
         commit_mode=CommitMode.RENAME if visibility_txn_id is None else CommitMode.VISIBILITY_TXN,
         visibility_txn_id=visibility_txn_id,
     )
 
 
-def _compact_and_commit_txn(
-    plan: CompactionPlan,
-    settings: Settings,
-    metastore: Metastore,
-    location: StorageLocation,
-    info: TableInfo,
-    spark: SparkSession,
-    publisher: Publisher,
-    outbox: Outbox,
-    progress: Progress,
-    earlier: list[PublishOutcome],
-) -> VacuumResult:
+def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
     """The commit without a rename (:mod:`.commit_mode`): open transaction T, write straight into
     ``base_N_vT`` / ``delta_X_Y_vT``, which every reader skips while T is open, then commit T.
 
@@ -409,8 +407,10 @@ def _compact_and_commit_txn(
     reader uses and that the next vacuum claims, so its cleanup removes it (DESIGN.md rule 6). A vacuum
     killed before its commit leaves T open; the metastore's housekeeping aborts it once its heartbeats
     stop (``hive.txn.timeout``). The lock snapshot is taken after T commits (rule 2, docs/safety.md)."""
+    settings, metastore, progress = job.settings, job.metastore, job.progress
+    location, outbox = job.location, job.outbox
     started = time.monotonic()
-    job_id = f"{spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
+    job_id = job.new_job_id()
     fs = location.fs.arrow
     txn_id = metastore.open_txn()
     with heartbeating(metastore, txn_id, settings.vacuum_lock_stale_s / 10):
@@ -422,14 +422,7 @@ def _compact_and_commit_txn(
                 f"inputs, {plan.input_files} files, {format_bytes(plan.input_bytes)}, {len(plan.buckets)} buckets "
                 f"-> {', '.join(plan.targets)}"
             )
-            tasks = bucket_tasks(
-                plan,
-                location_uri=location.uri,
-                staging_dir=location.path,
-                row_type=input_row_type(fs, plan),
-                codec=orc_codec(info.orc_compress),
-            )
-            results = run_bucket_tasks(spark, tasks, progress)
+            results = job.write(plan, location.path)
             produced = finish_directories(fs, location.path, plan.targets)
             draft = _draft(plan, settings, location, produced, job_id, None, visibility_txn_id=txn_id)
             write_vacuum_markers(fs, location.path, produced, draft)
@@ -446,9 +439,7 @@ def _compact_and_commit_txn(
         _commit_visibility_txn(metastore, txn_id, outbox, draft)
     event = complete_event(draft, metastore)  # the lock snapshot, taken after T committed
     outbox.save_event(draft, event)
-    return _committed_result(
-        plan, produced, results, started, job_id, draft, event, publisher, outbox, progress, earlier, txn_id
-    )
+    return _committed_result(job, plan, produced, results, started, job_id, draft, event, txn_id)
 
 
 def _commit_visibility_txn(metastore: Metastore, txn_id: int, outbox: Outbox, draft: dict[str, Any]) -> None:
