@@ -172,62 +172,38 @@ class CleanerProcess:
             delete_pool=self._delete_pool,
             crash_points=self.options.crash_points,
         )
+        loop_config = LoopConfig(
+            vacuum_topic=self.topics.vacuum_committed,
+            delay_topic=self.topics.cleanup_delay,
+            tenant=settings.tenant,
+            cleaner_id=self.cleaner_id,
+            interval_ms=settings.cleanup_interval_ms,
+            batch_size=self.options.batch_size,
+            error_tries=settings.cleanup_error_tries,
+        )
+        # A step blocks at most half a second polling, longer only while a rebalance waits for the
+        # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.
+        self.probes = Probes(stale_after_s=max(60.0, 2 * loop_config.revoke_timeout_s))
         self.loop = CleanerLoop(
             consumer or self._consumer(),
             self.handler,
-            LoopConfig(
-                vacuum_topic=self.topics.vacuum_committed,
-                delay_topic=self.topics.cleanup_delay,
-                tenant=settings.tenant,
-                cleaner_id=self.cleaner_id,
-                interval_ms=settings.cleanup_interval_ms,
-                batch_size=self.options.batch_size,
-                error_tries=settings.cleanup_error_tries,
-            ),
+            loop_config,
             executor=self._lane_pool,
             metrics=self.metrics,
+            on_step=self.probes.stepped,
         )
         self._stopping = False
-        self._joined = threading.Event()
         self._http: Any = None
         self._consumer_given = consumer is not None
         self._probe_admin: AdminClient | None = None
-        # A step blocks at most half a second polling, longer only while a rebalance waits for the
-        # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.
-        self.probes = Probes(stale_after_s=max(60.0, 2 * self.loop.config.revoke_timeout_s))
-        self._wire_probes()
-
-    def _wire_probes(self) -> None:
-        """Feed the probes from the loop without changing it: its step and its rebalance callbacks are
-        wrapped on this instance (``run`` calls ``self.step()``; ``subscribe`` passes ``self.on_assign``)."""
-        loop, probes, joined = self.loop, self.probes, self._joined
-        step, on_assign, on_lost = loop.step, loop.on_assign, loop.on_lost
-
-        def stepped() -> None:
-            step()
-            probes.stepped()
-
-        def assigned(consumer: Any, partitions: Any) -> None:
-            on_assign(consumer, partitions)
-            joined.set()  # cooperative-sticky calls it after every join, with no partitions too
-
-        def lost(consumer: Any, partitions: Any) -> None:
-            joined.clear()  # out of the group until the next assignment
-            on_lost(consumer, partitions)
-
-        loop.step = stepped  # type: ignore[method-assign]
-        loop.on_assign = assigned  # type: ignore[method-assign]
-        loop.on_lost = lost  # type: ignore[method-assign]
-        probes.add_check(self._check_running)
-        probes.add_check(self._check_group)
-        probes.add_check(self._check_broker)
-        probes.add_check(self._check_metastore)
+        for check in (self._check_running, self._check_group, self._check_broker, self._check_metastore):
+            self.probes.add_check(check)
 
     def _check_running(self) -> str | None:
         return "stopping" if self._stopping else None
 
     def _check_group(self) -> str | None:
-        if self._joined.is_set():
+        if self.loop.joined.is_set():
             return None
         return f"not in consumer group {self.group_id} yet: no partition assignment received"
 

@@ -42,7 +42,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -169,8 +169,11 @@ class CleanerLoop:
         executor: Executor,
         metrics: CleanerMetrics,
         clock: MillisClock | None = None,
+        on_step: Callable[[], None] = lambda: None,
     ) -> None:
         self.consumer = consumer
+        self._on_step = on_step  # told after every step: the liveness probe
+        self.joined = threading.Event()  # an assignment arrived since the last loss: the readiness probe
         self.handler = handler
         self.config = config
         self._executor = executor
@@ -230,6 +233,7 @@ class CleanerLoop:
         self._drain_finished()
         self._dispatch_lanes()
         self._commit(asynchronous=True)
+        self._on_step()
 
     def _fetch(self, timeout: float) -> list[Any]:
         """Wait at most ``timeout`` for the first record, then take what is already fetched.
@@ -636,6 +640,7 @@ class CleanerLoop:
     # -- rebalance callbacks (run inside consume()) -------------------------------------------------
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.joined.set()  # cooperative-sticky calls it after every join, with no partitions too
         self.consumer.incremental_assign(partitions)
         # A partition paused under an earlier ownership may come back still paused: clear it.
         self.consumer.resume([TopicPartition(p.topic, p.partition) for p in partitions])
@@ -660,6 +665,7 @@ class CleanerLoop:
         log(LOGGER, logging.INFO, "partitions revoked", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.joined.clear()  # out of the group until the next assignment
         lost = [(p.topic, p.partition) for p in partitions]
         with self._guard:
             for partition in lost:
