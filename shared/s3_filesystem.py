@@ -270,8 +270,12 @@ class S3FileSystem(ArrowFileSystem):
                 files[name] = size
         if not objects and prefix and not self.exists(path):
             raise StorageError(f"directory {path} does not exist")
+        now = time.monotonic()
         with self._listed_lock:
-            self._listed[path.rstrip("/")] = (time.monotonic(), children)
+            # Only recent listings are kept: a long-running cleaner lists many tables, each once a check.
+            for stale in [key for key, (at, _) in self._listed.items() if now - at > LISTING_REUSE_S]:
+                del self._listed[stale]
+            self._listed[path.rstrip("/")] = (now, children)
         entries = [Entry(name=name, is_dir=True, size=0) for name in children if name not in files]
         return entries + [Entry(name=name, is_dir=False, size=size) for name, size in files.items()]
 

@@ -187,3 +187,17 @@ def test_the_endpoint_environment_points_our_client_at_it() -> None:
     assert (options.endpoint_url, options.region, options.path_style) == ("http://127.0.0.1:9000", "us-east-1", True)
     assert (options.access_key, options.secret_key) == ("key", "secret")
     assert endpoint.uri("warehouse/db.db") == "s3a://acidclean/warehouse/db.db"
+
+
+def test_listings_kept_for_reuse_are_forgotten_once_too_old(monkeypatch: pytest.MonkeyPatch) -> None:
+    from acidclean.shared import s3_filesystem
+
+    fs = s3_filesystem.S3FileSystem.__new__(s3_filesystem.S3FileSystem)
+    fs._listed, fs._listed_lock = {}, __import__("threading").Lock()
+    now = [100.0]
+    monkeypatch.setattr(s3_filesystem.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(fs, "_list_objects", lambda bucket, prefix: [(f"{prefix}delta_1/bucket_00000", 5)])
+    fs.list_dir("bucket/warehouse/db.db/a")
+    now[0] += s3_filesystem.LISTING_REUSE_S + 1
+    fs.list_dir("bucket/warehouse/db.db/b")
+    assert list(fs._listed) == ["bucket/warehouse/db.db/b"]
