@@ -11,15 +11,14 @@ The same port serves Kubernetes' probes: ``/healthz`` (liveness: the loop steppe
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from http.server import ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from acidclean.shared.probes import ProbeResult, Probes, ReadinessCheck, serve_http
+
+__all__ = ["CleanerMetrics", "ProbeResult", "Probes", "ReadinessCheck", "serve_http"]
 
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600)
@@ -124,92 +123,3 @@ class CleanerMetrics:
         """Serve ``/metrics`` (and with ``probes`` ``/healthz`` and ``/readyz``) on ``port`` from a daemon
         thread; ``shutdown()`` the returned server to stop it."""
         return serve_http(self.registry, port, address, probes)
-
-
-# A readiness check: None when it passes, else the reason, one line naming what is down and where.
-ReadinessCheck = Callable[[], str | None]
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    ok: bool
-    reasons: tuple[str, ...] = ()
-
-    def body(self) -> bytes:
-        return ("ok\n" if self.ok else "".join(f"{reason}\n" for reason in self.reasons)).encode()
-
-
-class Probes:
-    """What ``/healthz`` and ``/readyz`` answer for a running cleaner.
-
-    Liveness is only "the loop still steps": a step blocks at most half a second polling Kafka, and
-    longer only while a rebalance waits for in-flight work, so a loop that has not stepped for
-    ``stale_after_s`` is wedged and a restart is the cure. Readiness is every named check (group joined,
-    broker and metastore reachable); a failing one takes the pod out of the Service's endpoints but must
-    not restart it, which is why reachability is not part of liveness.
-    """
-
-    def __init__(self, stale_after_s: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stale_after_s = stale_after_s
-        self._clock = clock
-        self._last_step = clock()
-        self._checks: list[ReadinessCheck] = []
-
-    def stepped(self) -> None:
-        """Called by the loop after each step."""
-        self._last_step = self._clock()
-
-    def add_check(self, check: ReadinessCheck) -> None:
-        self._checks.append(check)
-
-    def health(self) -> ProbeResult:
-        age = self._clock() - self._last_step
-        if age <= self.stale_after_s:
-            return ProbeResult(True)
-        limit = self.stale_after_s
-        return ProbeResult(False, (f"the cleaner loop has not stepped for {age:.0f} s (limit {limit:.0f} s)",))
-
-    def readiness(self) -> ProbeResult:
-        reasons: list[str] = []
-        for check in self._checks:
-            try:
-                reason = check()
-            except Exception as error:  # a check that fails to run is a reason, not a 500
-                reason = f"{type(error).__name__}: {error}"
-            if reason is not None:
-                reasons.append(reason)
-        return ProbeResult(not reasons, tuple(reasons))
-
-
-def serve_http(
-    registry: CollectorRegistry, port: int, address: str = "0.0.0.0", probes: Probes | None = None
-) -> ThreadingHTTPServer:
-    """``/metrics`` from ``registry``; ``/healthz`` and ``/readyz`` from ``probes`` (200 or 503 with the
-    reasons as text, one a line); anything else 404."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = urlsplit(self.path).path
-            if path in ("/", "/metrics"):
-                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path in ("/healthz", "/readyz") and probes is not None:
-                result = probes.health() if path == "/healthz" else probes.readiness()
-                self._send(200 if result.ok else 503, result.body(), "text/plain; charset=utf-8")
-            else:
-                self._send(404, b"not found: /metrics, /healthz, /readyz\n", "text/plain; charset=utf-8")
-
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the prober gave up
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # a probe every few seconds would bury the cleaner's JSON log lines
-
-    server = ThreadingHTTPServer((address, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
-    return server
