@@ -56,7 +56,8 @@ class LogReader:
     """Iterates over every record of ``topics`` that existed when iteration started.
 
     ``missing_topics`` lists requested topics the cluster does not have (read as empty);
-    ``end_offsets`` the high watermark of each partition read. Iterate once.
+    ``end_offsets`` the high watermark of each partition read. ``since_ms`` (epoch ms) starts each
+    partition at its first record stored at or after that time instead of its beginning. Iterate once.
     """
 
     def __init__(
@@ -66,8 +67,10 @@ class LogReader:
         *,
         batch_size: int = 1000,
         stall_timeout_s: float = 30.0,
+        since_ms: int | None = None,
     ) -> None:
         self._config = reader_config(kafka)
+        self._since_ms = since_ms  # read only records stored at or after this time (epoch ms)
         self._topics = list(topics)
         self._batch_size = batch_size
         self._stall_timeout_s = stall_timeout_s
@@ -108,11 +111,19 @@ class LogReader:
             for partition in sorted(found.partitions):
                 low, high = self._watermarks(consumer, TopicPartition(topic, partition))
                 self.end_offsets[(topic, partition)] = high
+                if self._since_ms is not None and high > low:
+                    low = self._offset_at(consumer, TopicPartition(topic, partition, self._since_ms), low, high)
                 if high > low:
                     assignment.append(TopicPartition(topic, partition, low))
         if assignment:
             consumer.assign(assignment)
         return {(tp.topic, tp.partition) for tp in assignment}
+
+    def _offset_at(self, consumer: Consumer, at: TopicPartition, low: int, high: int) -> int:
+        """The first offset stored at or after ``at.offset`` (a time), or ``high`` when none is."""
+        [found] = consumer.offsets_for_times([at], timeout=self._stall_timeout_s)
+        offset = int(found.offset)
+        return high if offset < 0 else max(low, offset)
 
     def _watermarks(self, consumer: Consumer, partition: TopicPartition) -> tuple[int, int]:
         """The partition's low and high watermarks, waiting out a leader election.
