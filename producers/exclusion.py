@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from acidclean.shared.acid.partition_names import lock_covers_partition
-from acidclean.shared.errors import MetastoreError, VacuumRefusedError
+from acidclean.shared.errors import MetastoreError, VacuumBusyError
 from acidclean.shared.metastore import LockInfo, LockRequestComponent, LockType, Metastore, Operation
 
 LOGGER = logging.getLogger("acidclean.vacuum")
@@ -100,7 +100,7 @@ def _acquire(metastore: Metastore, component: LockRequestComponent, settings: Ex
         elif time.monotonic() > deadline:
             metastore.unlock(result.lock_id)  # leave nothing behind
             who = "; ".join(_describe(lock) for lock in holders) or "another vacuum"
-            raise VacuumRefusedError(
+            raise VacuumBusyError(
                 f"another vacuum of {where} is running ({who}): only one vacuum per table or partition runs "
                 "at a time; try again when it has finished"
             )
@@ -118,14 +118,17 @@ def exclusive_vacuum(
     settings: ExclusionSettings | None = None,
 ) -> Iterator[int]:
     """Hold the vacuum lock of ``db.table`` (``partition``) for the ``with`` block; yields its id.
-    Raises :class:`VacuumRefusedError` naming the holder when another vacuum keeps it past the wait."""
+    Raises :class:`VacuumBusyError` (a refusal) naming the holder when another vacuum keeps it past the wait."""
     settings = settings or ExclusionSettings()
     where = f"{db}.{table}" + (f" partition {partition}" if partition else "")
     lock_id = _acquire(metastore, vacuum_lock_component(db, table, partition), settings, where)
     stop = threading.Event()
 
+    # Beat well within the stale limit, or a live vacuum's lock would look dead to the next one.
+    every_s = min(settings.heartbeat_s, settings.stale_s / 3)
+
     def beat() -> None:
-        while not stop.wait(settings.heartbeat_s):
+        while not stop.wait(every_s):
             try:
                 metastore.heartbeat(lock_id=lock_id)
             except MetastoreError as error:

@@ -59,3 +59,7 @@ class VacuumError(AcidCleanError):
 class VacuumRefusedError(VacuumError):
     """A vacuum was not started because it must not or need not run (non-transactional table,
     nothing to compact, an open transaction below every delta); nothing was written."""
+
+
+class VacuumBusyError(VacuumRefusedError):
+    """Another vacuum holds the table's or partition's vacuum lock: nothing was written; try later."""
