@@ -3,7 +3,8 @@
 ``VacuumCommitted`` is published by the vacuum job; the cleaner answers with a ``DelayEnvelope``
 (locks still held, check again later), a ``CleanupDone`` or a ``CleanupRejected`` (dead letter),
 and announces every deletion with a ``CleanupStarted`` before it deletes anything; ingest writers
-may publish ``DeltaCommitted``. The JSON Schemas under ``schemas/json/`` are
+may publish ``DeltaCommitted``. The initiator publishes ``VacuumRequested``; the vacuum service answers
+with ``VacuumStarted`` and, when no vacuum is committed, ``VacuumFailed``. The JSON Schemas under ``schemas/json/`` are
 generated from these models (``python -m acidclean.schemas.generate``) and are the published
 contract; change a model only in ways that keep every previously valid event valid.
 """
@@ -68,6 +69,10 @@ class VacuumCommitted(EventBase):
         ge=1,
         description="The metastore's next transaction id when the vacuum committed. Readers that take no "
         "locks (Hive 4 lockless reads) run in transactions below it: the cleaner waits until none is open.",
+    )
+    request_id: uuid.UUID | None = Field(
+        default=None,
+        description="The event_id of the VacuumRequested this vacuum answers, or null when it was run by hand.",
     )
 
     @model_validator(mode="after")
@@ -260,7 +265,109 @@ class DeltaCommitted(EventBase):
     bytes: int = Field(ge=0)
 
 
-Event = VacuumCommitted | DelayEnvelope | CleanupStarted | CleanupDone | CleanupRejected | DeltaCommitted
+CompactionType = Literal["MINOR", "MAJOR"]
+OneLine = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\r\n]+$")]
+
+
+class VacuumFigures(StrictModel):
+    """What the initiator counted in a table or partition when it decided to request a vacuum."""
+
+    delta_count: int = Field(ge=0, description="delta_* directories above the base.")
+    delete_delta_count: int = Field(ge=0, description="delete_delta_* directories above the base.")
+    delta_bytes: int = Field(ge=0, description="Bytes of those delta and delete delta directories.")
+    base_bytes: int = Field(ge=0, description="Bytes of the current base (0 when there is none).")
+    aborted_txns: int = Field(ge=0, description="Aborted transactions that wrote to the table or partition.")
+
+
+class VacuumThresholds(StrictModel):
+    """The thresholds that applied (Hive's names: hive.compactor.*, or the table's overrides)."""
+
+    delta_num: int = Field(ge=1, description="hive.compactor.delta.num.threshold.")
+    delta_pct: float = Field(ge=0, description="hive.compactor.delta.pct.threshold (0.1 is 10 %).")
+    aborted_txns: int = Field(ge=1, description="hive.compactor.abortedtxn.threshold.")
+
+
+class RequestedBy(StrictModel):
+    """Which initiator made the request, and what triggered it."""
+
+    initiator_id: NonEmpty = Field(description="The initiator process.")
+    trigger: Literal["event", "sweep"] = Field(description="A DeltaCommitted event, or the metastore sweep.")
+
+
+class VacuumRequested(EventBase):
+    """The initiator asks for a vacuum of a table or partition whose thresholds were crossed.
+
+    Its ``event_id`` is the request id and its ``correlation_id`` equals it. The request is in flight
+    until its ``VacuumFailed``, or the ``CleanupDone`` (or dead letter) of the ``VacuumCommitted``
+    whose ``request_id`` names it; no second request of the same key is made meanwhile.
+    """
+
+    event_type = "acidclean.vacuum.requested"
+
+    wire_required = ("schema_version", "event_id", "correlation_id")
+
+    table: TableName = Field(description="The table, as db.table.")
+    correlation_id: uuid.UUID = Field(
+        default_factory=lambda data: data["event_id"],
+        description="Equal to event_id: a request starts its own flow.",
+    )
+    location: NonEmpty = Field(description="The table or partition location (URI or path).")
+    compaction_type: CompactionType
+    reason: NonEmpty = Field(description='Why, e.g. "12 deltas >= hive.compactor.delta.num.threshold 10".')
+    figures: VacuumFigures
+    thresholds: VacuumThresholds
+    requested_by: RequestedBy
+    requested_at: UtcDatetime = Field(description="When the request was made, UTC.")
+
+    @model_validator(mode="after")
+    def _correlation_is_own_id(self) -> VacuumRequested:
+        if self.correlation_id != self.event_id:
+            raise ValueError("a VacuumRequested's correlation_id must equal its event_id")
+        return self
+
+
+class VacuumStarted(EventBase):
+    """A vacuum service started the vacuum a request asked for."""
+
+    event_type = "acidclean.vacuum.started"
+
+    table: TableName = Field(description="The table, as db.table.")
+    correlation_id: uuid.UUID = Field(description="The request's event_id.")
+    vacuum_service_id: NonEmpty = Field(description="The vacuum service process running it.")
+    started_at: UtcDatetime = Field(description="When the vacuum started, UTC.")
+
+
+VacuumFailureCode = Literal[
+    "error",  # the vacuum failed; message says why
+    "nothing_to_vacuum",  # nothing to do: not an error, but it ends the request
+    "table_gone",
+    "refused",
+]
+
+
+class VacuumFailed(EventBase):
+    """A requested vacuum ended without a commit: the request is no longer in flight."""
+
+    event_type = "acidclean.vacuum.failed"
+
+    table: TableName = Field(description="The table, as db.table.")
+    correlation_id: uuid.UUID = Field(description="The request's event_id.")
+    reason_code: VacuumFailureCode
+    message: OneLine = Field(description="What happened, one line.")
+    failed_at: UtcDatetime = Field(description="When it failed, UTC.")
+
+
+Event = (
+    VacuumCommitted
+    | DelayEnvelope
+    | CleanupStarted
+    | CleanupDone
+    | CleanupRejected
+    | DeltaCommitted
+    | VacuumRequested
+    | VacuumStarted
+    | VacuumFailed
+)
 EVENT_CLASSES: tuple[type[EventBase], ...] = (
     VacuumCommitted,
     DelayEnvelope,
@@ -268,6 +375,9 @@ EVENT_CLASSES: tuple[type[EventBase], ...] = (
     CleanupDone,
     CleanupRejected,
     DeltaCommitted,
+    VacuumRequested,
+    VacuumStarted,
+    VacuumFailed,
 )
 EVENT_CLASS_BY_TYPE: dict[str, type[EventBase]] = {cls.event_type: cls for cls in EVENT_CLASSES}
 # The settings.topics field each event is published to.
@@ -278,4 +388,8 @@ TOPIC_FIELD: dict[type[EventBase], str] = {
     CleanupDone: "cleanup_done",
     CleanupRejected: "dead_letter",
     DeltaCommitted: "delta_committed",
+    # A request's whole life on one topic, keyed like the others: one key's events stay in order.
+    VacuumRequested: "vacuum_requests",
+    VacuumStarted: "vacuum_requests",
+    VacuumFailed: "vacuum_requests",
 }

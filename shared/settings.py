@@ -109,6 +109,7 @@ class TopicNames(BaseModel):
     cleanup_done: str = "acid.cleanup.done"
     dead_letter: str = "acid.cleanup.dead-letter"
     delta_committed: str = "acid.delta.committed"
+    vacuum_requests: str = "acid.vacuum.requests"
 
 
 def _alias(*names: str) -> AliasChoices:

@@ -1,6 +1,6 @@
 """Create acidclean's topics idempotently, with the configured partitions, replication and prefix.
 
-The vacuum, done and dead-letter topics are the audit log ("SHOW COMPACTIONS without a retention
+The vacuum, request, done and dead-letter topics are the audit log ("SHOW COMPACTIONS without a retention
 limit"), so they are created with ``retention.ms=-1``. The delay topic keeps the broker's default
 retention: a pending vacuum is re-published on it at every check, so its latest envelope is always
 recent, and a finished vacuum's history is complete from the vacuum and done events.
@@ -38,6 +38,7 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "dead_letter": KEEP_FOREVER,
     "cleanup_delay": {},
     "delta_committed": {},
+    "vacuum_requests": KEEP_FOREVER,
 }
 
 

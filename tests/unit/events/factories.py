@@ -15,8 +15,14 @@ from acidclean.schemas.events import (
     DeltaCommitted,
     RawHeader,
     RemovedDirectory,
+    RequestedBy,
     SourceRecord,
     VacuumCommitted,
+    VacuumFailed,
+    VacuumFigures,
+    VacuumRequested,
+    VacuumStarted,
+    VacuumThresholds,
 )
 
 T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=timezone.utc)
@@ -156,7 +162,68 @@ def delta(**changes: Any) -> DeltaCommitted:
     return DeltaCommitted(**fields)
 
 
+def requested(**changes: Any) -> VacuumRequested:
+    fields: dict[str, Any] = {
+        "tenant": "acme",
+        "table": "sales.orders",
+        "partition": "ds=2025-03-14",
+        "occurred_at": T0 - timedelta(minutes=1),
+        "location": "/warehouse/sales.db/orders/ds=2025-03-14",
+        "compaction_type": "MINOR",
+        "reason": "12 deltas >= hive.compactor.delta.num.threshold 10",
+        "figures": VacuumFigures(delta_count=12, delete_delta_count=0, delta_bytes=6000, base_bytes=0, aborted_txns=0),
+        "thresholds": VacuumThresholds(delta_num=10, delta_pct=0.1, aborted_txns=1000),
+        "requested_by": RequestedBy(initiator_id="initiator-1", trigger="event"),
+        "requested_at": T0 - timedelta(minutes=1),
+    }
+    fields.update(changes)
+    return VacuumRequested(**fields)
+
+
+def vacuum_started(of: VacuumRequested, **changes: Any) -> VacuumStarted:
+    fields: dict[str, Any] = {
+        "tenant": of.tenant,
+        "table": of.table,
+        "partition": of.partition,
+        "occurred_at": of.occurred_at + timedelta(seconds=1),
+        "causation_id": of.event_id,
+        "correlation_id": of.event_id,
+        "vacuum_service_id": "vacuum-service-1",
+        "started_at": of.occurred_at + timedelta(seconds=1),
+    }
+    fields.update(changes)
+    return VacuumStarted(**fields)
+
+
+def vacuum_failed(of: VacuumRequested, **changes: Any) -> VacuumFailed:
+    fields: dict[str, Any] = {
+        "tenant": of.tenant,
+        "table": of.table,
+        "partition": of.partition,
+        "occurred_at": of.occurred_at + timedelta(seconds=2),
+        "causation_id": of.event_id,
+        "correlation_id": of.event_id,
+        "reason_code": "error",
+        "message": "Spark job failed",
+        "failed_at": of.occurred_at + timedelta(seconds=2),
+    }
+    fields.update(changes)
+    return VacuumFailed(**fields)
+
+
 def one_of_each() -> list[Any]:
     """One valid event of every type, linked as one vacuum's history."""
-    v = vacuum()
-    return [v, delay(v), started(v), done(v), rejected(v), delta(), rejected(None, event_id=uuid.uuid4())]
+    r = requested()
+    v = vacuum(request_id=r.event_id)
+    return [
+        r,
+        vacuum_started(r),
+        v,
+        delay(v),
+        started(v),
+        done(v),
+        rejected(v),
+        delta(),
+        rejected(None, event_id=uuid.uuid4()),
+        vacuum_failed(requested()),
+    ]

@@ -234,10 +234,12 @@ def test_topics_take_the_prefix_partitions_and_replication_and_audit_topics_keep
         "acme.acid.cleanup.done",
         "acme.acid.cleanup.dead-letter",
         "acme.acid.delta.committed",
+        "acme.acid.vacuum.requests",
     }
     assert {(s.partitions, s.replication_factor) for s in specs.values()} == {(3, 2)}
     assert specs["acme.acid.cleanup.done"].config == {"retention.ms": "-1"}
     assert specs["acme.acid.cleanup.delay"].config == {}
+    assert specs["acme.acid.vacuum.requests"].config == {"retention.ms": "-1"}
     assert [s.name for s in topic_specs(settings, ["dead_letter"])] == ["acme.acid.cleanup.dead-letter"]
 
 

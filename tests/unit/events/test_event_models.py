@@ -17,9 +17,24 @@ from acidclean.schemas.events import (
     DelayEnvelope,
     RemovedDirectory,
     VacuumCommitted,
+    VacuumFailed,
+    VacuumRequested,
+    VacuumStarted,
 )
 
-from .factories import T0, delay, done, lock, one_of_each, rejected, started, vacuum
+from .factories import (
+    T0,
+    delay,
+    done,
+    lock,
+    one_of_each,
+    rejected,
+    requested,
+    started,
+    vacuum,
+    vacuum_failed,
+    vacuum_started,
+)
 
 
 @pytest.mark.parametrize("event", one_of_each(), ids=lambda e: type(e).__name__)
@@ -192,3 +207,69 @@ def test_every_event_class_has_a_distinct_cloudevents_type() -> None:
     types = [cls.event_type for cls in EVENT_CLASSES]
     assert all(types) and len(set(types)) == len(types)
     assert {DelayEnvelope.event_type, CleanupStarted.event_type, CleanupDone.event_type} <= set(types)
+
+
+def test_one_of_each_covers_every_event_class() -> None:
+    assert {type(event) for event in one_of_each()} == set(EVENT_CLASSES)
+
+
+def test_a_request_is_its_own_correlation_and_must_say_so_on_the_wire() -> None:
+    request = requested()
+    assert request.correlation_id == request.event_id
+    assert request.missing_on_wire() == ["schema_version", "event_id", "correlation_id"]
+    with pytest.raises(ValidationError, match="correlation_id must equal its event_id"):
+        requested(correlation_id=requested().event_id)
+
+
+@pytest.mark.parametrize("missing", ["reason", "figures", "thresholds", "requested_by", "requested_at", "location"])
+def test_a_request_states_why_and_with_which_figures(missing: str) -> None:
+    body = json.loads(requested().model_dump_json())
+    del body[missing]
+    with pytest.raises(ValidationError):
+        VacuumRequested.model_validate_json(json.dumps(body))
+
+
+def test_a_request_refuses_negative_figures_and_unknown_triggers() -> None:
+    body = json.loads(requested().model_dump_json())
+    body["figures"]["delta_count"] = -1
+    with pytest.raises(ValidationError):
+        VacuumRequested.model_validate_json(json.dumps(body))
+    body = json.loads(requested().model_dump_json())
+    body["requested_by"]["trigger"] = "cron"
+    with pytest.raises(ValidationError):
+        VacuumRequested.model_validate_json(json.dumps(body))
+
+
+def test_a_failure_message_is_one_line_and_its_code_is_known() -> None:
+    request = requested()
+    assert vacuum_failed(request, reason_code="nothing_to_vacuum").reason_code == "nothing_to_vacuum"
+    with pytest.raises(ValidationError):
+        vacuum_failed(request, message="first\nsecond")
+    with pytest.raises(ValidationError):
+        vacuum_failed(request, message="")
+    with pytest.raises(ValidationError):
+        vacuum_failed(request, reason_code="because")
+
+
+@pytest.mark.parametrize("cls", [VacuumStarted, VacuumFailed])
+def test_started_and_failed_point_to_their_request(cls: type[VacuumStarted | VacuumFailed]) -> None:
+    request = requested()
+    event = vacuum_started(request) if cls is VacuumStarted else vacuum_failed(request)
+    body = json.loads(event.model_dump_json())
+    del body["correlation_id"]
+    with pytest.raises(ValidationError):
+        cls.model_validate_json(json.dumps(body))
+
+
+def test_a_request_and_its_answers_share_one_topic_and_key() -> None:
+    request = requested()
+    events = [request, vacuum_started(request), vacuum_failed(request)]
+    assert {TOPIC_FIELD[type(event)] for event in events} == {"vacuum_requests"}
+    assert {event.key for event in events} == {"acme/sales.orders/ds=2025-03-14"}
+
+
+def test_a_vacuum_names_its_request_or_none() -> None:
+    assert vacuum().request_id is None
+    request = requested()
+    linked = vacuum(request_id=request.event_id)
+    assert VacuumCommitted.model_validate_json(linked.model_dump_json()).request_id == request.event_id
