@@ -25,14 +25,12 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException
-from confluent_kafka.admin import AdminClient
 
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.handler import (
@@ -53,12 +51,11 @@ from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import ConfigurationError, UnsafePathError
 from acidclean.shared.hive_metastore import HiveMetastore
-from acidclean.shared.metastore import parse_metastore_uris
+from acidclean.shared.probes import CONSUMER_ONLY_PREFIXES, broker_check, metastore_check
 from acidclean.shared.settings import Settings
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
-PROBE_TIMEOUT_S = 2.0  # per readiness check; the chart's probe timeoutSeconds leaves room for two
 
 
 @dataclass(frozen=True)
@@ -72,23 +69,6 @@ class CleanerOptions:
     crash_points: CrashPoints = field(default_factory=NoCrashes)  # tests of rule 5: ACIDCLEAN_CRASH_AT
     batch_size: int = 500
     create_topics: bool = True
-
-
-# Consumer-only librdkafka settings: a producer would only warn that it ignores them.
-CONSUMER_ONLY_PREFIXES = (
-    "group.",
-    "session.timeout",
-    "heartbeat.",
-    "max.poll.",
-    "auto.offset.",
-    "enable.auto.",
-    "fetch.",
-    "isolation.level",
-    "partition.assignment",
-    "auto.commit",
-    "queued.",
-    "check.crcs",
-)
 
 
 def producer_settings(kafka: dict[str, str]) -> dict[str, str]:
@@ -195,8 +175,9 @@ class CleanerProcess:
         self._stopping = False
         self._http: Any = None
         self._consumer_given = consumer is not None
-        self._probe_admin: AdminClient | None = None
-        for check in (self._check_running, self._check_group, self._check_broker, self._check_metastore):
+        self._broker_check = broker_check(settings.kafka, self.topics.vacuum_committed)
+        metastore = metastore_check(settings.metastore_uris)
+        for check in (self._check_running, self._check_group, self._check_broker, metastore):
             self.probes.add_check(check)
 
     def _check_running(self) -> str | None:
@@ -208,40 +189,9 @@ class CleanerProcess:
         return f"not in consumer group {self.group_id} yet: no partition assignment received"
 
     def _check_broker(self) -> str | None:
-        """Metadata of the vacuum topic from a client of the probes' own: the consumer belongs to the
-        loop's thread (its list_topics from another thread blocked there while the loop polled)."""
         if self._consumer_given:  # a test's fake consumer: no broker
             return None
-        if self._probe_admin is None:
-            config: dict[str, Any] = producer_settings(self.settings.kafka)
-            config["logger"] = logging.getLogger("acidclean.kafka")
-            self._probe_admin = AdminClient(config)
-        topic = self.topics.vacuum_committed
-        try:
-            metadata = self._probe_admin.list_topics(topic, timeout=PROBE_TIMEOUT_S)
-        except KafkaException as error:
-            servers = self.settings.kafka.get("bootstrap.servers", "?")
-            return f"broker unreachable ({servers}): {error.args[0].str()}"
-        found = metadata.topics.get(topic)
-        if found is None:
-            return f"topic {topic} missing on the broker"
-        if found.error is not None:
-            return f"topic {topic} not readable: {found.error.str()}"
-        return None
-
-    def _check_metastore(self) -> str | None:
-        """Ready when any metastore of ``hive.metastore.uris`` accepts a connection (the client fails
-        over between them the same way)."""
-        failures = []
-        for host, port in parse_metastore_uris(self.settings.metastore_uris):
-            started = time.monotonic()
-            try:
-                with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S):
-                    return None
-            except OSError as error:
-                took = time.monotonic() - started
-                failures.append(f"thrift://{host}:{port} ({error.strerror or error} after {took:.1f} s)")
-        return "metastore unreachable: " + ", ".join(failures)
+        return self._broker_check()
 
     def _per_thread(self, name: str, factory: Callable[[], Any]) -> Callable[[], Any]:
         def get() -> Any:

@@ -9,14 +9,21 @@ HTTP server. The cleaner (:mod:`acidclean.consumers.metrics`) and the vacuum ser
 from __future__ import annotations
 
 import contextlib
+import logging
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 from urllib.parse import urlsplit
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from acidclean.shared.metastore import parse_metastore_uris
 
 # A readiness check: None when it passes, else the reason, one line naming what is down and where.
 ReadinessCheck = Callable[[], str | None]
@@ -108,3 +115,65 @@ def serve_http(
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True).start()
     return server
+
+
+PROBE_TIMEOUT_S = 2.0  # per readiness check; the chart's probe timeoutSeconds leaves room for two
+
+
+def metastore_check(uris: str, timeout_s: float = PROBE_TIMEOUT_S) -> ReadinessCheck:
+    """Ready when any metastore of ``hive.metastore.uris`` accepts a connection (the client fails over
+    between them the same way)."""
+    def check() -> str | None:
+        failures = []
+        for host, port in parse_metastore_uris(uris):
+            started = time.monotonic()
+            try:
+                with socket.create_connection((host, port), timeout=timeout_s):
+                    return None
+            except OSError as error:
+                took = time.monotonic() - started
+                failures.append(f"thrift://{host}:{port} ({error.strerror or error} after {took:.1f} s)")
+        return "metastore unreachable: " + ", ".join(failures)
+
+    return check
+
+
+def broker_check(kafka: Mapping[str, str], topic: str, timeout_s: float = PROBE_TIMEOUT_S) -> ReadinessCheck:
+    """Ready when the broker describes ``topic``, asked by an admin client of the probes' own (a
+    consumer belongs to its loop's thread: its list_topics from another thread blocked while it polled)."""
+    admin: list[AdminClient] = []
+
+    def check() -> str | None:
+        if not admin:
+            config: dict[str, Any] = {k: v for k, v in kafka.items() if not k.startswith(CONSUMER_ONLY_PREFIXES)}
+            config["logger"] = logging.getLogger("acidclean.kafka")
+            admin.append(AdminClient(config))
+        try:
+            metadata = admin[0].list_topics(topic, timeout=timeout_s)
+        except KafkaException as error:
+            return f"broker unreachable ({kafka.get('bootstrap.servers', '?')}): {error.args[0].str()}"
+        found = metadata.topics.get(topic)
+        if found is None:
+            return f"topic {topic} missing on the broker"
+        if found.error is not None:
+            return f"topic {topic} not readable: {found.error.str()}"
+        return None
+
+    return check
+
+
+# Consumer-only librdkafka settings: a producer or admin client would only warn that it ignores them.
+CONSUMER_ONLY_PREFIXES = (
+    "group.",
+    "session.timeout",
+    "heartbeat.",
+    "max.poll.",
+    "auto.offset.",
+    "enable.auto.",
+    "fetch.",
+    "isolation.level",
+    "partition.assignment",
+    "auto.commit",
+    "queued.",
+    "check.crcs",
+)
