@@ -22,14 +22,26 @@ rejection row, as the cleaner would have it) and folds them.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Iterator
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
-from acidclean.schemas.common import EventBase, LockSnapshotEntry, utc_now
+from acidclean.consumers.audit_wire import (
+    WireCleanupDone,
+    WireCleanupRejected,
+    WireCleanupStarted,
+    WireDelayEnvelope,
+    WireEvent,
+    WireLock,
+    WireVacuumCommitted,
+    decoders_for,
+    fast_decode,
+)
+from acidclean.schemas.common import PARTITION_PATTERN, TABLE_PATTERN, EventBase, LockSnapshotEntry, utc_now
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
@@ -41,7 +53,7 @@ from acidclean.schemas.events import (
 from acidclean.shared.acid.partition_names import may_be_same_partition
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
-from acidclean.shared.bus.records import RawRecord, raw_record
+from acidclean.shared.bus.records import MessageLike, RawRecord, raw_record
 from acidclean.shared.settings import Settings
 
 AuditState = Literal["waiting", "cleaned", "rejected", "stuck", "overdue"]
@@ -53,6 +65,9 @@ AUDIT_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "dead_letter": (CleanupRejected,),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+READER_ID = "acidclean-audit"
+_TABLE_KEY = re.compile(TABLE_PATTERN.encode())
+_PARTITION_KEY = re.compile(PARTITION_PATTERN)
 # A waiting vacuum is re-checked within milliseconds of its due time while a cleaner keeps up; one
 # not checked this long after it (ten intervals, at least a minute, so a cleaner restart or a
 # rebalance does not count) is shown as overdue.
@@ -111,11 +126,33 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat().replace("+00:00", "Z")
 
 
-def _order(event: EventBase) -> tuple[datetime, str]:
+# The fold reads events decoded either way: validated models, or the fast decoder's structs, which
+# carry the same field names (ids as canonical text instead of UUIDs; str() makes both text).
+AnyVacuum = VacuumCommitted | WireVacuumCommitted
+AnyDelay = DelayEnvelope | WireDelayEnvelope
+AnyStarted = CleanupStarted | WireCleanupStarted
+AnyDone = CleanupDone | WireCleanupDone
+AnyRejected = CleanupRejected | WireCleanupRejected
+AuditEvent = AnyVacuum | AnyDelay | AnyStarted | AnyDone | AnyRejected
+_KIND: dict[type[Any], str] = {
+    VacuumCommitted: "vacuum",
+    WireVacuumCommitted: "vacuum",
+    DelayEnvelope: "delay",
+    WireDelayEnvelope: "delay",
+    CleanupStarted: "started",
+    WireCleanupStarted: "started",
+    CleanupDone: "done",
+    WireCleanupDone: "done",
+    CleanupRejected: "rejected",
+    WireCleanupRejected: "rejected",
+}
+
+
+def _order(event: AuditEvent) -> tuple[datetime, str]:
     return (event.occurred_at, str(event.event_id))
 
 
-_E = TypeVar("_E", bound=EventBase)
+_E = TypeVar("_E")
 
 
 Order = tuple[datetime, str]
@@ -123,6 +160,10 @@ Order = tuple[datetime, str]
 
 def _earlier(candidate: _E, order: Order, current: tuple[Order, _E] | None) -> tuple[Order, _E]:
     return (order, candidate) if current is None or order < current[0] else current
+
+
+def _lock_models(locks: Iterable[LockSnapshotEntry | WireLock]) -> tuple[LockSnapshotEntry, ...]:
+    return tuple(lock.model() if isinstance(lock, WireLock) else lock for lock in locks)
 
 
 @dataclass
@@ -135,33 +176,35 @@ class _History:
     the row; of two events sharing an id (a replay), the earlier one counts.
     """
 
-    first: tuple[Order, EventBase] | None = None
-    first_with_table: tuple[Order, EventBase] | None = None
-    vacuum: tuple[Order, VacuumCommitted] | None = None
-    latest_delay: tuple[tuple[int, datetime, str], DelayEnvelope] | None = None
-    starts: dict[str, CleanupStarted] = field(default_factory=dict)
-    dones: dict[str, CleanupDone] = field(default_factory=dict)
-    rejection: tuple[Order, CleanupRejected] | None = None
+    first: tuple[Order, AuditEvent] | None = None
+    first_with_table: tuple[Order, AuditEvent] | None = None
+    vacuum: tuple[Order, AnyVacuum] | None = None
+    latest_delay: tuple[tuple[int, datetime, str], AnyDelay] | None = None
+    starts: dict[str, AnyStarted] = field(default_factory=dict)
+    dones: dict[str, AnyDone] = field(default_factory=dict)
+    rejection: tuple[Order, AnyRejected] | None = None
     last_event_at: datetime = EPOCH
 
-    def add(self, event: Event) -> None:
+    def add(self, event: AuditEvent, kind: str) -> None:
         order = _order(event)
         self.first = _earlier(event, order, self.first)
         if event.table is not None:
             self.first_with_table = _earlier(event, order, self.first_with_table)
-        self.last_event_at = max(self.last_event_at, event.occurred_at)
-        if isinstance(event, VacuumCommitted):
-            self.vacuum = _earlier(event, order, self.vacuum)
-        elif isinstance(event, DelayEnvelope):
-            rank = (event.attempt, *order)
+        if event.occurred_at > self.last_event_at:
+            self.last_event_at = event.occurred_at
+        if kind == "vacuum":
+            self.vacuum = _earlier(cast(AnyVacuum, event), order, self.vacuum)
+        elif kind == "delay":
+            delay = cast(AnyDelay, event)
+            rank = (delay.attempt, *order)
             if self.latest_delay is None or rank > self.latest_delay[0]:
-                self.latest_delay = (rank, event)
-        elif isinstance(event, CleanupStarted):
-            _keep_earliest(self.starts, event)
-        elif isinstance(event, CleanupDone):
-            _keep_earliest(self.dones, event)
-        elif isinstance(event, CleanupRejected):
-            self.rejection = _earlier(event, order, self.rejection)
+                self.latest_delay = (rank, delay)
+        elif kind == "started":
+            _keep_earliest(self.starts, cast(AnyStarted, event))
+        elif kind == "done":
+            _keep_earliest(self.dones, cast(AnyDone, event))
+        elif kind == "rejected":
+            self.rejection = _earlier(cast(AnyRejected, event), order, self.rejection)
 
     def row(self, now: datetime | None = None, overdue_after: timedelta | None = None) -> AuditRow:
         assert self.first is not None, "a history exists only once an event was added"
@@ -217,14 +260,14 @@ class _History:
             bytes_freed=sum(removed.values()),
             cleaner_id=dones[0].cleaner_id if dones else (started.cleaner_id if started else None),
             reason=reason,
-            locks_held=tuple(latest.locks_held) if latest and pending else (),
+            locks_held=_lock_models(latest.locks_held) if latest and pending else (),
             stuck_since=latest.stuck_since if latest and state in ("stuck", "overdue") else None,
             next_check_at=latest.due_at if latest and pending else None,
             last_event_at=self.last_event_at,
         )
 
 
-_Reported = TypeVar("_Reported", CleanupStarted, CleanupDone)
+_Reported = TypeVar("_Reported", AnyStarted, AnyDone)
 
 
 def _keep_earliest(kept: dict[str, _Reported], event: _Reported) -> None:
@@ -234,11 +277,11 @@ def _keep_earliest(kept: dict[str, _Reported], event: _Reported) -> None:
         kept[str(event.event_id)] = event
 
 
-def _rank(started: CleanupStarted) -> tuple[int, datetime, str]:
+def _rank(started: AnyStarted) -> tuple[int, datetime, str]:
     return (started.attempt, *_order(started))
 
 
-def _cleaned_reason(done: CleanupDone, unreported: int) -> str | None:
+def _cleaned_reason(done: AnyDone, unreported: int) -> str | None:
     if done.dry_run:
         return "dry run: nothing deleted" + (f"; {done.note}" if done.note else "")
     if unreported:
@@ -250,7 +293,7 @@ def _cleaned_reason(done: CleanupDone, unreported: int) -> str | None:
     return done.note
 
 
-def _started_reason(started: CleanupStarted) -> str:
+def _started_reason(started: AnyStarted) -> str:
     count = len(started.directories_to_remove)
     return (
         f"cleaning started by {started.cleaner_id} ({count} director{'y' if count == 1 else 'ies'} announced), "
@@ -258,16 +301,16 @@ def _started_reason(started: CleanupStarted) -> str:
     )
 
 
-def _waiting_reason(latest: DelayEnvelope) -> str:
+def _waiting_reason(latest: AnyDelay) -> str:
     if latest.check_error:
         return f"metastore did not answer: {latest.check_error}"
-    holders = "; ".join(lock.describe() for lock in latest.locks_held) or "no lock listed"
+    holders = "; ".join(lock.describe() for lock in _lock_models(latest.locks_held)) or "no lock listed"
     return f"held by {holders}"
 
 
 def _overdue_reason(
-    vacuum: VacuumCommitted | None,
-    latest: DelayEnvelope | None,
+    vacuum: AnyVacuum | None,
+    latest: AnyDelay | None,
     now: datetime | None,
     overdue_after: timedelta | None,
 ) -> str | None:
@@ -289,9 +332,9 @@ def _seconds(moment: datetime) -> str:
 
 
 def _time_waited(
-    vacuum: VacuumCommitted | None,
-    latest: DelayEnvelope | CleanupStarted | None,
-    dones: list[CleanupDone],
+    vacuum: AnyVacuum | None,
+    latest: AnyDelay | AnyStarted | None,
+    dones: list[AnyDone],
     state: AuditState,
 ) -> int | None:
     if dones:
@@ -317,18 +360,25 @@ def overdue_after(interval_ms: int) -> timedelta:
 
 
 def fold(
-    events: Iterable[Event], *, now: datetime | None = None, overdue_after: timedelta | None = None
+    events: Iterable[Event | WireEvent], *, now: datetime | None = None, overdue_after: timedelta | None = None
 ) -> list[AuditRow]:
     """One row per vacuum, oldest first; a rejection that names no vacuum gets a row of its own.
 
     Given ``now`` and ``overdue_after``, a pending vacuum not checked for ``overdue_after`` past its
-    due time is ``overdue``; without them the rows depend on the events alone."""
+    due time is ``overdue``; without them the rows depend on the events alone. The events may be the
+    validated models or the fast decoder's structs (``acidclean.consumers.audit_wire``), mixed."""
     histories: dict[str, _History] = {}
     for event in events:
-        if not isinstance(event, (VacuumCommitted, DelayEnvelope, CleanupStarted, CleanupDone, CleanupRejected)):
+        kind = _KIND.get(type(event))
+        if kind is None:
             continue  # DeltaCommitted and others are not part of a vacuum's history
-        group = str(event.correlation_id) if event.correlation_id is not None else f"event:{event.event_id}"
-        histories.setdefault(group, _History()).add(event)
+        audited = cast(AuditEvent, event)
+        correlation = audited.correlation_id
+        group = str(correlation) if correlation is not None else f"event:{audited.event_id}"
+        history = histories.get(group)
+        if history is None:
+            history = histories[group] = _History()
+        history.add(audited, kind)
     return sorted((history.row(now, overdue_after) for history in histories.values()), key=_sort_key)
 
 
@@ -354,11 +404,9 @@ def _record_time(record: RawRecord) -> datetime:
     return EPOCH if record.timestamp_ms is None else datetime.fromtimestamp(record.timestamp_ms / 1000, timezone.utc)
 
 
-def decode_records(
-    records: Iterable[RawRecord], settings: Settings, reader_id: str = "acidclean-audit"
-) -> Iterator[Event]:
-    """Decode records read from the audit topics; unreadable ones become rejections."""
-    expected = {settings.topic(name): classes for name, classes in AUDIT_TOPICS.items()}
+def decode_records(records: Iterable[RawRecord], settings: Settings, reader_id: str = READER_ID) -> Iterator[Event]:
+    """Decode records read from the audit topics with the event models; unreadable ones become rejections."""
+    expected = _expected_classes(settings)
     for record in records:
         yield decode(
             record,
@@ -369,19 +417,118 @@ def decode_records(
         )
 
 
+def _expected_classes(settings: Settings) -> dict[str, tuple[type[EventBase], ...]]:
+    return {settings.topic(name): classes for name, classes in AUDIT_TOPICS.items()}
+
+
+class FastDecoder:
+    """Decodes audit records with the fast decoder, and with the models whatever it leaves.
+
+    Given a table (and partition), a record whose key names another table (or partition) is skipped
+    unread: the key of every event is its table and partition, and a vacuum's events all carry its
+    table's key. A record whose key is not a table's key is decoded as usual.
+    """
+
+    def __init__(self, settings: Settings, *, table: str | None = None, partition: str | None = None) -> None:
+        self._settings = settings
+        self._expected = _expected_classes(settings)
+        self._decoders = {
+            topic: decoders_for({cls.event_type: cls.__name__ for cls in classes})
+            for topic, classes in self._expected.items()
+        }
+        self._table = None if table is None else table.encode()
+        self._partition = partition
+        self.fallbacks = 0
+        self.skipped = 0
+
+    def records(self, records: Iterable[RawRecord]) -> Iterator[Event | WireEvent]:
+        """Events of records already read (tests, and any caller that holds RawRecords)."""
+        for record in records:
+            event = self._event(record.topic, record.key, record.value, record.headers, record)
+            if event is not None:
+                yield event
+
+    def messages(self, batches: Iterable[Sequence[MessageLike]]) -> Iterator[Event | WireEvent]:
+        """Events of batches of consumed ``confluent_kafka.Message`` objects."""
+        for batch in batches:
+            for message in batch:
+                key, value = message.key(), message.value()
+                event = self._event(
+                    message.topic() or "",
+                    key.encode() if isinstance(key, str) else key,
+                    value.encode() if isinstance(value, str) else value,
+                    message.headers(),  # type: ignore[arg-type]
+                    message,
+                )
+                if event is not None:
+                    yield event
+
+    def _event(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]] | None,
+        source: RawRecord | MessageLike,
+    ) -> Event | WireEvent | None:
+        if self._table is not None and self._other_table(key):
+            self.skipped += 1
+            return None
+        decoders = self._decoders.get(topic)
+        if decoders is not None:
+            event = fast_decode(key, value, headers, decoders)
+            if event is not None:
+                return event
+        self.fallbacks += 1
+        record = source if isinstance(source, RawRecord) else raw_record(source)
+        return decode(
+            record,
+            rejected_by=READER_ID,
+            tenant=self._settings.tenant,
+            expected=self._expected.get(record.topic),
+            now=partial(_record_time, record),
+        )
+
+    def _other_table(self, key: bytes | None) -> bool:
+        """The key names a table (and partition) other than the one asked for."""
+        if key is None:
+            return False
+        parts = key.split(b"/", 2)
+        if len(parts) < 2 or not _TABLE_KEY.fullmatch(parts[1]):
+            return False
+        if parts[1] != self._table:
+            return True
+        if self._partition is None:
+            return False
+        if len(parts) < 3:
+            return True
+        try:
+            partition = parts[2].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return _PARTITION_KEY.fullmatch(partition) is not None and not may_be_same_partition(partition, self._partition)
+
+
 def read_audit(
     settings: Settings,
     *,
     table: str | None = None,
     partition: str | None = None,
     since: datetime | None = None,
+    validate: bool = False,
 ) -> tuple[list[AuditRow], LogReader]:
     """Read the audit topics to their current end and fold them; returns the rows and the reader used.
 
-    The reader tells which topics were missing and how many records were read.
+    The reader tells which topics were missing and how many records were read. By default records are
+    read by the fast decoder (the same rows, see ``acidclean.consumers.audit_wire``); ``validate``
+    decodes every record with the event models instead.
     """
     reader = LogReader(settings.kafka, [settings.topic(name) for name in AUDIT_TOPICS])
-    events = decode_records((raw_record(message) for message in reader), settings)
+    events: Iterable[Event | WireEvent]
+    if validate:
+        events = decode_records((raw_record(message) for message in reader), settings)
+    else:
+        events = FastDecoder(settings, table=table, partition=partition).messages(reader.batches())
     with _cyclic_gc_paused():
         rows = fold(events, now=utc_now(), overdue_after=overdue_after(settings.cleanup_interval_ms))
     return select(rows, table=table, partition=partition, since=since), reader

@@ -79,6 +79,11 @@ class LogReader:
         self.records_read = 0
 
     def __iter__(self) -> Iterator[Message]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[Message]]:
+        """The records in the batches ``consume`` returned them in (at most ``batch_size`` each)."""
         try:
             consumer = Consumer(with_client_logger(self._config))
         except KafkaException as error:
@@ -142,8 +147,9 @@ class LogReader:
                     raise
                 time.sleep(0.1)
 
-    def _read(self, consumer: Consumer, remaining: set[Partition]) -> Iterator[Message]:
+    def _read(self, consumer: Consumer, remaining: set[Partition]) -> Iterator[list[Message]]:
         last_progress = time.monotonic()
+        ends = self.end_offsets
         while remaining:
             messages = consumer.consume(self._batch_size, timeout=0.5)
             if messages:
@@ -154,6 +160,7 @@ class LogReader:
                     f"no records for {self._stall_timeout_s:g} s before the end of {waiting}; "
                     "check the brokers and this client's read permissions"
                 )
+            batch: list[Message] = []
             for message in messages:
                 key = (message.topic() or "", message.partition() or 0)
                 error = message.error()
@@ -167,14 +174,16 @@ class LogReader:
                         raise refused(self._config, error, topic=key[0], doing="read", operations="Read")
                     raise KafkaException(error)
                 offset = message.offset() or 0
-                end = self.end_offsets.get(key, 0)
+                end = ends.get(key, 0)
                 if key not in remaining or offset >= end:
                     self._finish(consumer, remaining, key)
                     continue
-                self.records_read += 1
-                yield message
+                batch.append(message)
                 if offset >= end - 1:
                     self._finish(consumer, remaining, key)
+            self.records_read += len(batch)
+            if batch:
+                yield batch
 
     def _group_refused(self) -> KafkaAccessDeniedError:
         prefix = self._config["group.id"].rsplit("-", 1)[0]
