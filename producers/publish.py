@@ -45,6 +45,7 @@ def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitt
     """The event of a committed vacuum: its draft plus the locks held now."""
     db, table = split_table_name(draft["table"])
     snapshot = lock_snapshot(metastore, db, table, draft["partition"])
+    request_id = draft.get("request_id")
     return VacuumCommitted(
         event_id=uuid.UUID(draft["event_id"]),
         occurred_at=utc_now(),
@@ -52,6 +53,7 @@ def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitt
         locks_observed=len(snapshot),
         # Read after the rename: every transaction below it may have listed before the commit.
         next_txn_id=ValidTxnList.from_string(metastore.valid_txn_list()).high_watermark + 1,
+        request_id=uuid.UUID(request_id) if request_id else None,
         **{name: draft[name] for name in _EVENT_FIELDS},
     )
 

@@ -91,6 +91,7 @@ class VacuumRequest:
     compaction_type: CompactionType = CompactionType.MINOR
     dry_run: bool = False
     allow_uncleaned: bool = False  # vacuum although an earlier vacuum's cleanup has not run yet
+    request_id: str | None = None  # the VacuumRequested this vacuum answers (the vacuum service sets it)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ def _draft(
     job_id: str,
     staging: str | None,
     visibility_txn_id: int | None = None,
+    request_id: str | None = None,
 ) -> dict[str, Any]:
     draft = {
         "event_id": str(uuid.uuid4()),
@@ -173,6 +175,8 @@ def _draft(
     }
     if visibility_txn_id is not None:
         draft["visibility_txn_id"] = visibility_txn_id
+    if request_id is not None:
+        draft["request_id"] = request_id
     return draft
 
 
@@ -280,7 +284,7 @@ def _plan_and_vacuum(
             f"{plan.table} shows it), or pass --allow-uncleaned to vacuum anyway"
         )
     commit_with = _compact_and_commit if mode is CommitMode.RENAME else _compact_and_commit_txn
-    job = _Job(settings, metastore, location, info, spark(), publisher, outbox, progress, earlier)
+    job = _Job(settings, metastore, location, info, spark(), publisher, outbox, progress, earlier, request.request_id)
     result = commit_with(plan, job)
     return dataclasses.replace(result, removed_staging=removed_staging)
 
@@ -318,6 +322,7 @@ class _Job:
     outbox: Outbox
     progress: Progress
     earlier: list[PublishOutcome]
+    request_id: str | None = None
 
     def new_job_id(self) -> str:
         return f"{self.spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
@@ -359,7 +364,7 @@ def _compact_and_commit(plan: CompactionPlan, job: _Job) -> VacuumResult:
             f"committed; its partial output is in {staging_dir}, which readers ignore"
         ) from error
 
-    draft = _draft(plan, settings, location, produced, job_id, staging)
+    draft = _draft(plan, settings, location, produced, job_id, staging, request_id=job.request_id)
     outbox.save_draft(draft)  # from here on a crash cannot lose the event
     commit(fs, location.path, staging_dir, produced, draft)
     event = complete_event(draft, metastore)  # the lock snapshot, taken after the rename
@@ -424,7 +429,9 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
             )
             results = job.write(plan, location.path)
             produced = finish_directories(fs, location.path, plan.targets)
-            draft = _draft(plan, settings, location, produced, job_id, None, visibility_txn_id=txn_id)
+            draft = _draft(
+                plan, settings, location, produced, job_id, None, visibility_txn_id=txn_id, request_id=job.request_id
+            )
             write_vacuum_markers(fs, location.path, produced, draft)
             outbox.save_draft(draft)  # from here on a crash cannot lose the event
         except BaseException as error:
