@@ -121,7 +121,7 @@ class CleanerProcess:
         self._clients: list[Any] = []
         self._clients_lock = threading.Lock()
         self._metastore_factory = metastore_factory or (
-            lambda: HiveMetastore(settings.metastore_uris, settings.metastore_timeout_s)
+            lambda: HiveMetastore.from_settings(settings)
         )
         self._bus_factory = bus_factory or (
             lambda: KafkaEventBus(
@@ -160,6 +160,7 @@ class CleanerProcess:
             interval_ms=settings.cleanup_interval_ms,
             batch_size=self.options.batch_size,
             error_tries=settings.cleanup_error_tries,
+            workers=threads,
         )
         # A step blocks at most half a second polling, longer only while a rebalance waits for the
         # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.

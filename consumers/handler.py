@@ -169,7 +169,76 @@ class Outcome:
     kind: OutcomeKind
     event: EventBase
     removed: tuple[RemovedDirectory, ...] = ()
-    deferred: bool = False  # a delay envelope published later with its group (CleanupHandler.flush_delays)
+    deferred: bool = False  # published later with its group (CleanupHandler.flush_delays / flush_batch)
+    # A cleanup planned and waiting for its batch's announcement (CleanupHandler.run_prepared), not an outcome yet.
+    prepared: PreparedCleanup | None = None
+
+
+@dataclass(frozen=True)
+class PreparedCleanup:
+    """A cleanup checked and planned, whose ``CleanupStarted`` is published with its batch's before any delete."""
+
+    processed: VacuumCommitted | DelayEnvelope
+    storage: StorageLocationLike
+    plan: CleanupPlan
+    planned: tuple[RemovedDirectory, ...]
+    locks: TableLockCheck
+
+
+class SharedCheck:
+    """The metastore's answers shared by every table of one batch: one unfiltered ``show_locks`` and one
+    transaction list, each asked at most once, after every event of the batch was read (so after each
+    vacuum committed). Reusing them is safe for the reasons :class:`TableLockCheck` gives."""
+
+    def __init__(self, handler: CleanupHandler) -> None:
+        self._handler = handler
+        self._locks: list[LockInfo] | None = None
+        self._locks_error: MetastoreError | None = None
+        self._txns: ValidTxnList | None = None
+        self._txns_error: MetastoreError | None = None
+
+    def all_locks(self) -> list[LockInfo]:
+        """Every lock (raises ``MetastoreError``, the same one for every table of the batch)."""
+        if self._locks is None and self._locks_error is None:
+            try:
+                self._locks = self._handler.show_locks(None)
+            except MetastoreError as error:
+                self._locks_error = error
+        if self._locks_error is not None:
+            raise self._locks_error
+        assert self._locks is not None
+        return self._locks
+
+    def transactions(self) -> ValidTxnList:
+        if self._txns is None and self._txns_error is None:
+            try:
+                self._txns = self._handler.valid_txns()
+            except MetastoreError as error:
+                self._txns_error = error
+        if self._txns_error is not None:
+            raise self._txns_error
+        assert self._txns is not None
+        return self._txns
+
+
+@dataclass(frozen=True)
+class _Outgoing:
+    topic: str
+    event: EventBase
+    after: Callable[[], None]  # metrics and the log line, once the broker has it
+
+
+class OutcomeBatch:
+    """The tables one worker handles together: their shared metastore answers, the cleanups whose
+    announcements go out together (:meth:`CleanupHandler.run_prepared`) and every outcome, published in
+    one ``publish_many`` with one wait for the acknowledgements (:meth:`CleanupHandler.flush_batch`)."""
+
+    def __init__(self, handler: CleanupHandler, tables: int) -> None:
+        # One table alone keeps the table-filtered show_locks; several share one unfiltered call.
+        self.check: SharedCheck | None = SharedCheck(handler) if tables > 1 else None
+        self.tables: list[TableLockCheck] = []
+        self.prepared: list[PreparedCleanup] = []
+        self.outbox: list[_Outgoing] = []
 
 
 class TableLockCheck:
@@ -182,9 +251,12 @@ class TableLockCheck:
     list read earlier only sees fewer ``_vT`` directories as committed.
     """
 
-    def __init__(self, handler: CleanupHandler, table: str) -> None:
+    def __init__(self, handler: CleanupHandler, table: str, batch: OutcomeBatch | None = None) -> None:
         self._handler = handler
         self._table = table
+        self.batch = batch
+        if batch is not None:
+            batch.tables.append(self)
         self._locks: list[LockInfo] | None = None
         self._error: str | None = None
         self._txns: ValidTxnList | None = None
@@ -201,7 +273,8 @@ class TableLockCheck:
     def transactions(self) -> ValidTxnList:
         """The metastore's transaction list (raises ``MetastoreError``)."""
         if self._txns is None:
-            self._txns = self._handler.valid_txns()
+            shared = self.batch.check if self.batch is not None else None
+            self._txns = shared.transactions() if shared is not None else self._handler.valid_txns()
         return self._txns
 
     def readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
@@ -210,9 +283,13 @@ class TableLockCheck:
         # than T skips the _vT output even when it locks (docs/safety.md, rule 2).
         visibility_commit = committed_through_transaction(vacuum.new_directories)
         txn_rule = (self._handler.config.wait_for_open_txns or visibility_commit) and vacuum.next_txn_id is not None
+        shared = self.batch.check if self.batch is not None else None
         if self._locks is None and self._error is None:
             try:
-                if txn_rule:
+                if shared is not None:
+                    self._all_locks = shared.all_locks()
+                    self._locks = table_locks(self._all_locks, self._table)
+                elif txn_rule:
                     # One unfiltered call: the table's locks, and which transactions read with locks.
                     self._all_locks = self._handler.show_locks(None)
                     self._locks = table_locks(self._all_locks, self._table)
@@ -278,20 +355,25 @@ class CleanupHandler:
 
     # -- entry points ------------------------------------------------------------------------------
 
-    def lock_check(self, work: Work) -> TableLockCheck:
+    def lock_check(self, work: Work, batch: OutcomeBatch | None = None) -> TableLockCheck:
         table = work.event.table if not isinstance(work.event, CleanupRejected) else None
-        return TableLockCheck(self, table or "")
+        return TableLockCheck(self, table or "", batch)
+
+    def batch(self, tables: int) -> OutcomeBatch:
+        """A batch for ``tables`` lanes: pass it to :meth:`lock_check`; outcomes of its lanes are deferred
+        until :meth:`flush_batch`, cleanups until :meth:`run_prepared`."""
+        return OutcomeBatch(self, tables)
 
     def handle(self, work: Work, locks: TableLockCheck) -> Outcome:
         """Handle one work item; returns once its outcome is acknowledged (raises ``BusError`` if not),
         except a delay envelope: that one is ``deferred`` until :meth:`flush_delays` of the group."""
         event = work.event
         if isinstance(event, CleanupRejected):
-            return self._dead_letter(event)
+            return self._dead_letter(event, locks)
         vacuum = vacuum_of(event)
         refusal = check_claims(vacuum)
         if refusal is not None:
-            return self._refuse(work, event, refusal)
+            return self._refuse(work, event, refusal, locks)
         readiness = locks.readiness(event)
         if not readiness.ready:
             return self._delay(event, readiness, locks)
@@ -342,8 +424,76 @@ class CleanupHandler:
             return  # a dry run reports what it would do in its logs; only CleanupDone(dry_run) is published
         self._bus().publish(topic, event)
 
-    def _dead_letter(self, rejected: CleanupRejected) -> Outcome:
-        self._publish(self.config.topics.dead_letter, rejected)
+    def _emit(self, topic: str, event: EventBase, after: Callable[[], None], locks: TableLockCheck | None) -> bool:
+        """Publish now and run ``after``, or, inside a batch, queue both for :meth:`flush_batch`;
+        ``True`` when deferred (the outcome is not acknowledged yet)."""
+        if locks is not None and locks.batch is not None:
+            locks.batch.outbox.append(_Outgoing(topic, event, after))
+            return True
+        self._publish(topic, event)
+        after()
+        return False
+
+    def flush_batch(self, batch: OutcomeBatch) -> None:
+        """Publish every deferred outcome of ``batch`` (delay envelopes, CleanupDone, dead letters) in one
+        ``publish_many``; returns once the broker has them all (raises ``BusError`` if not)."""
+        outgoing, batch.outbox = batch.outbox, []
+        delays = [(locks, locks.pending) for locks in batch.tables if locks.pending]
+        for locks, _ in delays:
+            locks.pending = []
+        items = [
+            (item.topic, item.event)
+            for item in outgoing
+            if not self.config.dry_run or isinstance(item.event, CleanupDone)
+        ]
+        if not self.config.dry_run:
+            items += [
+                (self.config.topics.cleanup_delay, envelope) for _, pending in delays for _, _, envelope in pending
+            ]
+        if items:
+            self._bus().publish_many(items)
+        for item in outgoing:
+            item.after()
+        for _, pending in delays:
+            self._delays_published(pending)
+        if any(isinstance(item.event, CleanupDone) for item in outgoing):
+            self._crash.reached("after-done")
+
+    def run_prepared(self, batch: OutcomeBatch) -> dict[int, Outcome | BaseException]:
+        """Announce every prepared cleanup of ``batch`` in one ``publish_many`` (acknowledged before the
+        first delete), then delete them all through the delete pool (directories of different tables
+        overlap) and queue each one's ``CleanupDone`` (or, if a delete failed, its delay) in the batch.
+        Returns each prepared cleanup's outcome or error, by ``id()`` of its :class:`PreparedCleanup`."""
+        prepared, batch.prepared = batch.prepared, []
+        if not prepared:
+            return {}
+        try:
+            self._announce_many(prepared)
+        except BaseException as error:  # nothing was deleted: each event is retried or dead-lettered
+            return {id(item): error for item in prepared}
+        self._crash.reached("before-delete")
+        pairs = [(item, directory) for item in prepared for directory in item.planned]
+        if self._delete_pool is not None and len(pairs) > 1:
+            results = list(self._delete_pool.map(lambda pair: self._try_remove(pair[0].storage, pair[1]), pairs))
+        else:
+            results = [self._try_remove(item.storage, directory) for item, directory in pairs]
+        by_cleanup: dict[int, list[RemovedDirectory | str]] = {id(item): [] for item in prepared}
+        for (item, _), result in zip(pairs, results, strict=True):
+            by_cleanup[id(item)].append(result)
+        self._crash.reached("after-delete")
+        outcomes: dict[int, Outcome | BaseException] = {}
+        for item in prepared:
+            try:
+                outcomes[id(item)] = self._after_deletes(item.processed, item.plan, by_cleanup[id(item)], item.locks)
+            except Exception as error:
+                outcomes[id(item)] = error
+        return outcomes
+
+    def _dead_letter(self, rejected: CleanupRejected, locks: TableLockCheck | None = None) -> Outcome:
+        deferred = self._emit(self.config.topics.dead_letter, rejected, lambda: self._dead_lettered(rejected), locks)
+        return Outcome("dead_lettered", rejected, deferred=deferred)
+
+    def _dead_lettered(self, rejected: CleanupRejected) -> None:
         self._metrics.dead_letters.labels(rejected.reason_code).inc()
         self._metrics.events.labels("dead_lettered").inc()
         log(
@@ -361,7 +511,6 @@ class CleanupHandler:
             source_offset=rejected.source.offset,
             dry_run=self.config.dry_run or None,
         )
-        return Outcome("dead_lettered", rejected)
 
     def dead_letter_error(self, work: Work, error: BaseException, tries: int) -> Outcome:
         """Dead-letter an event whose handling failed ``tries`` times with ``error`` (not a ``BusError``):
@@ -381,7 +530,13 @@ class CleanupHandler:
         )
         return self._dead_letter(rejected)
 
-    def _refuse(self, work: Work, processed: VacuumCommitted | DelayEnvelope, refusal: Refusal) -> Outcome:
+    def _refuse(
+        self,
+        work: Work,
+        processed: VacuumCommitted | DelayEnvelope,
+        refusal: Refusal,
+        locks: TableLockCheck | None = None,
+    ) -> Outcome:
         rejected = reject(
             work.record,
             refusal.code,
@@ -391,7 +546,7 @@ class CleanupHandler:
             event=processed,
             now=self._clock.now,
         )
-        return self._dead_letter(rejected)
+        return self._dead_letter(rejected, locks)
 
     def _delay(
         self, processed: VacuumCommitted | DelayEnvelope, readiness: Readiness, locks: TableLockCheck
@@ -415,6 +570,11 @@ class CleanupHandler:
             return
         if not self.config.dry_run:
             self._bus().publish_many([(self.config.topics.cleanup_delay, envelope) for _, _, envelope in pending])
+        self._delays_published(pending)
+
+    def _delays_published(
+        self, pending: Sequence[tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]]
+    ) -> None:
         for processed, readiness, envelope in pending:
             now = envelope.occurred_at
             self._metrics.requeues.inc()
@@ -498,7 +658,7 @@ class CleanupHandler:
             return self._fail_closed(processed, f"storage: {error}", locks)
         refusal = check_location(vacuum, table.location, table.location if real == storage.path else real, self._roots)
         if refusal is not None:
-            return self._refuse(work, processed, refusal)
+            return self._refuse(work, processed, refusal, locks)
         try:
             self._metrics.metastore_calls.labels("valid_write_ids").inc()
             ids = cleaner_ids(metastore.kind, metastore.valid_write_ids(db, name), vacuum.highest_write_id)
@@ -509,7 +669,7 @@ class CleanupHandler:
         except StorageError as error:
             if not _exists(storage.fs, storage.path):
                 done = self._done(processed, (), f"the location {table.location} no longer exists; nothing to remove")
-                return self._report_done(processed, done, "cleaned")
+                return self._report_done(processed, done, "cleaned", locks)
             return self._fail_closed(processed, f"storage: {error}", locks)
         try:
             txns = locks.transactions()
@@ -525,7 +685,7 @@ class CleanupHandler:
             return self._fail_closed(processed, f"storage: {error}", locks)
         refusal = check_markers(vacuum, markers)
         if refusal is not None:
-            return self._refuse(work, processed, refusal)
+            return self._refuse(work, processed, refusal, locks)
         unlisted = locks_missing_from_snapshot(
             vacuum.lock_snapshot, locks.current_locks, vacuum.partition, _committed_by(vacuum, markers)
         )
@@ -547,14 +707,12 @@ class CleanupHandler:
             return self._delay(processed, Readiness(False, held, reason), locks)
         plan = plan_cleanup(vacuum, children, ids, txns)
         if isinstance(plan, Refusal):
-            return self._refuse(work, processed, plan)
+            return self._refuse(work, processed, plan, locks)
         if isinstance(plan, NotYet):
             return self._delay(processed, Readiness(False, readiness.locks_held, plan.reason), locks)
         return self._delete_and_report(processed, storage, plan, locks)
 
-    def _fail_closed(
-        self, processed: VacuumCommitted | DelayEnvelope, reason: str, locks: TableLockCheck
-    ) -> Outcome:
+    def _fail_closed(self, processed: VacuumCommitted | DelayEnvelope, reason: str, locks: TableLockCheck) -> Outcome:
         """Rule 1's fail-closed answer: something could not be asked or listed, so nothing is deleted
         and the vacuum waits one more interval."""
         return self._delay(processed, not_checked(vacuum_of(processed).lock_snapshot, (), reason), locks)
@@ -568,7 +726,7 @@ class CleanupHandler:
         vacuum = vacuum_of(processed)
         refusal = check_location(vacuum, vacuum.location, vacuum.location, self._roots)
         if refusal is not None:
-            return self._refuse(work, processed, refusal)
+            return self._refuse(work, processed, refusal, locks)
         try:
             storage = self._open_storage(vacuum.location)
             exists = _exists(storage.fs, storage.path)
@@ -584,13 +742,14 @@ class CleanupHandler:
                     f"the metastore has no {what} ({error}) but {vacuum.location} exists; refusing to touch a "
                     "location no table owns",
                 ),
+                locks,
             )
         done = self._done(
             processed,
             (),
             f"{what} was dropped (the metastore does not know it and its location is gone); nothing to remove",
         )
-        return self._report_done(processed, done, "table_dropped")
+        return self._report_done(processed, done, "table_dropped", locks)
 
     def _delete_and_report(
         self,
@@ -599,22 +758,35 @@ class CleanupHandler:
         plan: CleanupPlan,
         locks: TableLockCheck,
     ) -> Outcome:
-        vacuum = vacuum_of(processed)
         planned = self._measure(storage, plan.delete)
         if self.config.dry_run:
-            return self._report_done(processed, self._done(processed, planned, plan.note()), "dry_run")
+            return self._report_done(processed, self._done(processed, planned, plan.note()), "dry_run", locks)
+        if planned and locks.batch is not None:
+            # Announced with the rest of the batch (one acknowledgement), then deleted: run_prepared.
+            cleanup = PreparedCleanup(processed, storage, plan, tuple(planned), locks)
+            locks.batch.prepared.append(cleanup)
+            return Outcome("cleaned", processed, deferred=True, prepared=cleanup)
         if planned:
             # Acknowledged before the first delete: if this process dies before its CleanupDone is
             # acknowledged, the restarted cleaner finds these gone and only this event says what was deleted.
             self._announce(processed, planned)
         self._crash.reached("before-delete")
-        removed: list[RemovedDirectory] = []
-        errors: list[str] = []
-        for result in self._each(self._try_remove, storage, planned):
-            if isinstance(result, str):
-                errors.append(result)
-            else:
-                removed.append(result)
+        results = list(self._each(self._try_remove, storage, planned))
+        return self._after_deletes(processed, plan, results, locks, crash=True)
+
+    def _after_deletes(
+        self,
+        processed: VacuumCommitted | DelayEnvelope,
+        plan: CleanupPlan,
+        results: Sequence[RemovedDirectory | str],
+        locks: TableLockCheck,
+        *,
+        crash: bool = False,
+    ) -> Outcome:
+        """The outcome once the deletes ran: ``CleanupDone``, or a delay if any delete failed."""
+        vacuum = vacuum_of(processed)
+        removed = [result for result in results if not isinstance(result, str)]
+        errors = [result for result in results if isinstance(result, str)]
         if errors:
             log(
                 LOGGER,
@@ -633,18 +805,34 @@ class CleanupHandler:
                 Readiness(False, (), "delete failed: " + "; ".join(errors)),
                 locks,
             )
-        self._crash.reached("after-delete")
+        if crash:
+            self._crash.reached("after-delete")
         removed.sort(key=lambda item: item.name)
         self._count_removed(removed)
-        outcome = self._report_done(processed, self._done(processed, removed, plan.note()), "cleaned")
-        self._crash.reached("after-done")
+        outcome = self._report_done(processed, self._done(processed, removed, plan.note()), "cleaned", locks)
+        if not outcome.deferred:
+            self._crash.reached("after-done")
         return outcome
 
     def _announce(self, processed: VacuumCommitted | DelayEnvelope, planned: Sequence[RemovedDirectory]) -> None:
         """Publish the CleanupStarted of ``planned``; returns once the broker has it (raises ``BusError`` if not)."""
+        started = self._started(processed, planned)
+        self._publish(self.config.topics.cleanup_done, started)
+        self._announced(processed, started)
+
+    def _announce_many(self, prepared: Sequence[PreparedCleanup]) -> None:
+        """The CleanupStarted of every prepared cleanup in one batch; returns once the broker has them all."""
+        started = [self._started(item.processed, item.planned) for item in prepared]
+        self._bus().publish_many([(self.config.topics.cleanup_done, event) for event in started])
+        for item, event in zip(prepared, started, strict=True):
+            self._announced(item.processed, event)
+
+    def _started(
+        self, processed: VacuumCommitted | DelayEnvelope, planned: Sequence[RemovedDirectory]
+    ) -> CleanupStarted:
         vacuum = vacuum_of(processed)
         names = sorted(directory.name for directory in planned)
-        started = CleanupStarted(
+        return CleanupStarted(
             # A replay of the same event announcing the same directories gets the same id.
             event_id=derived_event_id(processed.event_id, "cleanup-started:" + "/".join(names)),
             tenant=vacuum.tenant,
@@ -657,22 +845,34 @@ class CleanupHandler:
             attempt=_attempt(processed),
             cleaner_id=self.config.cleaner_id,
         )
-        self._publish(self.config.topics.cleanup_done, started)
+
+    def _announced(self, processed: VacuumCommitted | DelayEnvelope, started: CleanupStarted) -> None:
         log(
             LOGGER,
             logging.INFO,
             "cleanup started",
             event_id=processed.event_id,
-            vacuum_id=vacuum.event_id,
-            table=vacuum.table,
-            partition=vacuum.partition,
+            vacuum_id=started.correlation_id,
+            table=started.table,
+            partition=started.partition,
             attempt=started.attempt,
-            to_remove=names,
+            to_remove=sorted(directory.name for directory in started.directories_to_remove),
             bytes=started.bytes_to_free,
         )
 
-    def _report_done(self, processed: VacuumCommitted | DelayEnvelope, done: CleanupDone, kind: OutcomeKind) -> Outcome:
-        self._publish(self.config.topics.cleanup_done, done)
+    def _report_done(
+        self,
+        processed: VacuumCommitted | DelayEnvelope,
+        done: CleanupDone,
+        kind: OutcomeKind,
+        locks: TableLockCheck | None = None,
+    ) -> Outcome:
+        deferred = self._emit(
+            self.config.topics.cleanup_done, done, lambda: self._reported(processed, done, kind), locks
+        )
+        return Outcome(kind, done, tuple(done.directories_removed), deferred=deferred)
+
+    def _reported(self, processed: VacuumCommitted | DelayEnvelope, done: CleanupDone, kind: OutcomeKind) -> None:
         self._metrics.events.labels(kind).inc()
         self._metrics.wait_seconds.observe(done.time_waited_ms / 1000)
         log(
@@ -690,7 +890,6 @@ class CleanupHandler:
             waited_ms=done.time_waited_ms,
             note=done.note,
         )
-        return Outcome(kind, done, tuple(done.directories_removed))
 
     def _count_removed(self, removed: Sequence[RemovedDirectory]) -> None:
         self._metrics.deleted_directories.inc(len(removed))

@@ -11,9 +11,16 @@ records already fetched for it are held in memory (they are checked the moment t
 of after a re-fetch); after the resume the re-fetched copies are skipped by offset. Nothing is
 handed over before its due time.
 
-Lanes. Handed-over records are queued per table ("lane"); a lane runs on the worker pool as one group
-at a time, so several pending events of one table share one ``show_locks`` and one table is never
-cleaned by two threads at once, while other tables proceed in parallel.
+Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
+two threads at once, while other tables proceed in parallel. Free lanes are dealt to at most
+``workers`` batches at a time (at most ``batch_tables`` lanes each), one batch per worker thread. A
+batch asks the metastore once for all its tables (one unfiltered ``show_locks``, one transaction list),
+announces the cleanups it planned in one ``publish_many`` before any of their deletes, deletes
+through the shared delete pool (directories of different tables overlap), and publishes every outcome
+(``CleanupDone``, delay envelopes, dead letters) in one more ``publish_many`` with one wait for the
+acknowledgements. Only then are its records finished, so offsets still move only past acknowledged
+outcomes; a crash in between gives duplicates (every handler is idempotent), never a loss. A lane's
+events run in order: a lane's next event starts only after its previous cleanup's deletes.
 
 Offsets. Per partition, the committable offset is the lowest record not yet done (handed over, held,
 or running); it is committed only after the outcomes of every record below it were acknowledged.
@@ -137,6 +144,8 @@ class LoopConfig:
     error_tries: int = 3  # handler errors other than BusError: tries before the dead letter
     error_pause_ms: int = 100  # pause after a failed try, doubled each time (at most one interval)
     close_timeout_s: float = 15.0  # the final offset commit and group leave, once the broker is gone
+    workers: int = 1  # batches running at once (the table thread pool's size)
+    batch_tables: int = 200  # lanes (tables) in one batch at most
 
 
 @dataclass
@@ -155,6 +164,11 @@ class _Finished:
 @dataclass(frozen=True)
 class _LaneFree:
     lane: str
+
+
+@dataclass(frozen=True)
+class _BatchFree:
+    """A worker finished its batch (after every lane of it was freed)."""
 
 
 class CleanerLoop:
@@ -181,7 +195,8 @@ class CleanerLoop:
         self._clock = clock or SystemMillisClock()
         self._states: dict[Partition, PartitionState] = {}
         self._lanes: dict[str, _Lane] = {}
-        self._finished: queue.Queue[_Finished | _LaneFree] = queue.Queue()
+        self._finished: queue.Queue[_Finished | _LaneFree | _BatchFree] = queue.Queue()
+        self._running_batches = 0
         self._guard = threading.Lock()  # states' generation/accepting and the executing counts
         self._executing: dict[tuple[Partition, int], int] = {}
         self._generations = itertools.count(1)
@@ -398,6 +413,8 @@ class CleanerLoop:
     # -- lanes and workers -------------------------------------------------------------------------
 
     def _dispatch_lanes(self) -> None:
+        """Deal the free lanes to as many batches as there are idle workers (the rest wait, growing)."""
+        ready: list[str] = []
         for name in list(self._lanes):
             lane = self._lanes[name]
             if lane.busy:
@@ -405,49 +422,111 @@ class CleanerLoop:
             if not lane.queue:
                 del self._lanes[name]
                 continue
-            works, lane.queue, lane.busy = lane.queue, [], True
-            self._executor.submit(self._run_lane, name, works)
+            ready.append(name)
+        idle = max(1, self.config.workers) - self._running_batches
+        if not ready or idle <= 0:
+            return
+        size = max(1, self.config.batch_tables)
+        count = min(idle, max(1, -(-len(ready) // size)))
+        count = min(count, len(ready))
+        for index in range(count):
+            names = ready[index::count][:size]
+            batch = []
+            for name in names:
+                lane = self._lanes[name]
+                batch.append((name, lane.queue))
+                lane.queue, lane.busy = [], True
+            self._running_batches += 1
+            self._executor.submit(self._run_batch, batch)
 
-    def _run_lane(self, name: str, works: Sequence[Work]) -> None:
-        """Worker thread: handle a lane's group in order, with one show_locks for all of them and
-        one batch (one acknowledgement) for all their delay envelopes."""
-        deferred: list[tuple[Work, Outcome]] = []
+    def _run_batch(self, lanes: Sequence[tuple[str, Sequence[Work]]]) -> None:
+        """Worker thread: handle a batch of lanes, each lane's events in order, with one metastore check
+        for all of them, one announcement per round of cleanups and one publish of all outcomes."""
         try:
-            locks = self.handler.lock_check(works[0])
-            for work in works:
-                if not self._begin(work):
-                    self._finished.put(_Finished(work, None))
+            self._run_lanes(lanes)
+        finally:
+            for name, _ in lanes:
+                self._finished.put(_LaneFree(name))
+            self._finished.put(_BatchFree())
+
+    def _run_lanes(self, lanes: Sequence[tuple[str, Sequence[Work]]]) -> None:
+        deferred: list[tuple[Work, Outcome]] = []
+        batch = self.handler.batch(len(lanes))
+        try:
+            queues = [(list(works), self.handler.lock_check(works[0], batch)) for _, works in lanes if works]
+            while any(works for works, _ in queues):
+                prepared: list[tuple[Work, Outcome]] = []
+                for works, locks in queues:
+                    if works:
+                        self._run_one(works.pop(0), locks, deferred, prepared)
+                if prepared:
+                    self._run_prepared(batch, prepared, deferred)
+        finally:
+            self._flush(batch, deferred)
+
+    def _run_one(
+        self, work: Work, locks: Any, deferred: list[tuple[Work, Outcome]], prepared: list[tuple[Work, Outcome]]
+    ) -> None:
+        if not self._begin(work):
+            self._finished.put(_Finished(work, None))
+            return
+        if work.due_ms:
+            # Lateness is measured when the re-check really starts, queueing included.
+            started = self._clock.now_ms()
+            self._metrics.lateness_seconds.observe(max(0, started - work.due_ms) / 1000)
+            if started - work.due_ms > LATE_MS:
+                log(
+                    LOGGER,
+                    logging.DEBUG,
+                    "late re-check",
+                    late_ms=started - work.due_ms,
+                    read_after_due_ms=work.received_ms - work.due_ms,
+                    queued_ms=started - work.received_ms,
+                    topic=work.record.topic,
+                    partition_number=work.record.partition,
+                    offset=work.offset,
+                )
+        try:
+            outcome = self._handle(work, locks)
+        except BaseException as error:  # not acknowledged: the loop rewinds the partition
+            self._finished.put(_Finished(work, None, error))
+            self._end(work)
+            return
+        if outcome.prepared is not None:
+            prepared.append((work, outcome))  # still executing until its batch deleted and reported it
+        elif outcome.deferred:
+            deferred.append((work, outcome))  # still executing until its outcome is acknowledged
+        else:
+            self._finished.put(_Finished(work, outcome))
+            self._end(work)
+
+    def _run_prepared(
+        self, batch: Any, prepared: list[tuple[Work, Outcome]], deferred: list[tuple[Work, Outcome]]
+    ) -> None:
+        """Announce and delete this round's planned cleanups; each then waits for the batch's publish."""
+        try:
+            results = self.handler.run_prepared(batch)
+        except BaseException as error:
+            results = {id(outcome.prepared): error for _, outcome in prepared}
+        for work, outcome in prepared:
+            result = results.get(id(outcome.prepared), AssertionError("a prepared cleanup was not run"))
+            if isinstance(result, Outcome):
+                if result.deferred:
+                    deferred.append((work, result))
                     continue
-                if work.due_ms:
-                    # Lateness is measured when the re-check really starts, queueing included.
-                    started = self._clock.now_ms()
-                    self._metrics.lateness_seconds.observe(max(0, started - work.due_ms) / 1000)
-                    if started - work.due_ms > LATE_MS:
-                        log(
-                            LOGGER,
-                            logging.DEBUG,
-                            "late re-check",
-                            late_ms=started - work.due_ms,
-                            read_after_due_ms=work.received_ms - work.due_ms,
-                            queued_ms=started - work.received_ms,
-                            topic=work.record.topic,
-                            partition_number=work.record.partition,
-                            offset=work.offset,
-                        )
-                try:
-                    outcome = self._handle(work, locks)
-                except BaseException as error:  # not acknowledged: the loop rewinds the partition
-                    self._finished.put(_Finished(work, None, error))
-                    self._end(work)
-                    continue
-                if outcome.deferred:
-                    deferred.append((work, outcome))  # still executing until its envelope is acknowledged
-                    continue
-                self._finished.put(_Finished(work, outcome))
-                self._end(work)
+                self._finished.put(_Finished(work, result))
+            elif isinstance(result, BusError) or not isinstance(result, Exception):
+                self._finished.put(_Finished(work, None, result))  # not announced: rewind, nothing deleted
+            else:
+                self._finished.put(self._give_up(work, result, 1))
+            self._end(work)
+
+    def _flush(self, batch: Any, deferred: list[tuple[Work, Outcome]]) -> None:
+        """Publish the batch's outcomes with one wait; only then are their records finished."""
+        try:
             if deferred:
                 try:
-                    self.handler.flush_delays(locks)
+                    self.handler.flush_batch(batch)
                 except Exception as error:
                     if isinstance(error, BusError):
                         for work, _ in deferred:
@@ -464,7 +543,6 @@ class CleanerLoop:
         finally:
             for work, _ in deferred:
                 self._end(work)
-            self._finished.put(_LaneFree(name))
 
     def _handle(self, work: Work, locks: Any) -> Outcome:
         """The handler's outcome, tried up to ``error_tries`` times; then the dead letter's.
@@ -551,6 +629,9 @@ class CleanerLoop:
                 item = self._finished.get_nowait()
             except queue.Empty:
                 return
+            if isinstance(item, _BatchFree):
+                self._running_batches -= 1
+                continue
             if isinstance(item, _LaneFree):
                 lane = self._lanes.get(item.lane)
                 if lane is not None:

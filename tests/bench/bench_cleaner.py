@@ -9,13 +9,15 @@
    number of checks (one call per check is what a per-event checker such as openLooKeng's
    CleanerTask makes).
 3. Cleanups per second of one process on lock-free tables, against a single-threaded loop doing the
-   same metastore calls, listing and deletes (no Kafka).
+   same metastore calls, listing and deletes (no Kafka), for 1, 2, 4 and 8 threads in one run
+   (``ACIDCLEAN_BENCH_THREADS=1,4`` picks others; ``ACIDCLEAN_BENCH_TABLES`` the tables per run, 80).
 
 Run: ``pytest tests/bench/bench_cleaner.py -m bench -s`` (about two minutes).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import threading
 import time
@@ -54,7 +56,7 @@ INTERVAL_MS = 500
 LATENESS_TABLES = 20
 EVENTS_PER_TABLE = 5
 WINDOW_S = 15.0
-THROUGHPUT_TABLES = 40
+THROUGHPUT_TABLES = int(os.environ.get("ACIDCLEAN_BENCH_TABLES", "80"))
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -268,43 +270,57 @@ def run_cleaner(
     return cleaner_s
 
 
-@pytest.mark.parametrize("threads", [2, 4])
-def test_cleanups_per_second_against_a_single_threaded_loop(
-    threads: int,
+def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
     metastore: HiveMetastore,
     tmp_path: Path,
     kafka_bootstrap: str,
     metastore_uri: str,
     unique_name: str,
 ) -> None:
+    """One run: the reference loop (half before, half after the cleaner runs, so load drift on the
+    shared box weighs on both alike), then the cleaner with 1, 2, 4 and 8 threads on tables of their own."""
     root = tmp_path / "data"
-    settings = cleaner_settings(
-        kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=INTERVAL_MS, partitions=4, threads=threads
-    )
-    ours = [create_table(metastore, root, f"{unique_name}c{i}") for i in range(THROUGHPUT_TABLES)]
+    curve = [int(t) for t in os.environ.get("ACIDCLEAN_BENCH_THREADS", "1,2,4,8").split(",")]
     theirs = [create_table(metastore, root, f"{unique_name}r{i}") for i in range(THROUGHPUT_TABLES)]
-    for table in ours + theirs:
+    ours = {
+        threads: [create_table(metastore, root, f"{unique_name}t{threads}c{i}") for i in range(THROUGHPUT_TABLES)]
+        for threads in curve
+    }
+    for table in theirs + [table for tables in ours.values() for table in tables]:
         table.commit_deltas(3)
-    our_vacuums = [table.minor_vacuum() for table in ours]
     their_vacuums = [table.minor_vacuum() for table in theirs]
-
-    # The reference runs half before and half after the cleaner, so load drift on the shared box
-    # weighs on both alike.
     half = THROUGHPUT_TABLES // 2
-    reference_s = 0.0
-    for batch in (slice(0, half), slice(half, None)):
+    rates: dict[int, float] = {}
+
+    def reference(batch: slice) -> float:
         started = time.perf_counter()
         for table, vacuum in zip(theirs[batch], their_vacuums[batch], strict=True):
             assert reference_clean(metastore, table, vacuum) == 3
-        reference_s += time.perf_counter() - started
-        if batch.start == 0:
-            cleaner_s = run_cleaner(settings, metastore, root, unique_name, tmp_path, our_vacuums)
+        return time.perf_counter() - started
 
-    assert all(table.children() == v.new_directories for table, v in zip(ours, our_vacuums, strict=True))
-    ours_rate, ref_rate = THROUGHPUT_TABLES / cleaner_s, THROUGHPUT_TABLES / reference_s
+    reference_s = reference(slice(0, half))
+    for threads in curve:
+        settings = cleaner_settings(
+            kafka_bootstrap,
+            metastore_uri,
+            root,
+            f"{unique_name}t{threads}",
+            interval_ms=INTERVAL_MS,
+            partitions=4,
+            threads=threads,
+        )
+        vacuums = [table.minor_vacuum() for table in ours[threads]]
+        cleaner_s = run_cleaner(settings, metastore, root, f"{unique_name}t{threads}", tmp_path / str(threads), vacuums)
+        assert all(table.children() == v.new_directories for table, v in zip(ours[threads], vacuums, strict=True))
+        rates[threads] = THROUGHPUT_TABLES / cleaner_s
+    reference_s += reference(slice(half, None))
+    ref_rate = THROUGHPUT_TABLES / reference_s
     print(
-        f"\n[bench] cleanups/s, {THROUGHPUT_TABLES} lock-free tables x 3 deltas, threads={threads}: "
-        f"cleaner {ours_rate:.1f}/s ({cleaner_s:.2f} s from publishing to the last CleanupDone, own process) vs "
-        "single-threaded loop "
-        f"{ref_rate:.1f}/s ({reference_s:.2f} s): ratio {ours_rate / ref_rate:.2f}"
+        f"\n[bench] cleanups/s, {THROUGHPUT_TABLES} lock-free tables x 3 deltas per run, cleaner in its own process, "
+        f"from publishing to the last CleanupDone; single-threaded loop without Kafka {ref_rate:.1f}/s"
     )
+    for threads, rate in rates.items():
+        print(
+            f"[bench]   threads={threads}: {rate:6.1f}/s  ratio to the loop {rate / ref_rate:5.2f}  "
+            f"to threads=1 {rate / rates.get(1, rate):5.2f}"
+        )

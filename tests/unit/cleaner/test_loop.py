@@ -31,9 +31,18 @@ class StubHandler:
         self.fail_once: set[tuple[str, int, int]] = set()
         self.lock_checks = 0
 
-    def lock_check(self, work: Work) -> object:
+    def lock_check(self, work: Work, batch: object = None) -> object:
         self.lock_checks += 1
         return object()
+
+    def batch(self, tables: int) -> object:
+        return object()
+
+    def run_prepared(self, batch: object) -> dict[int, object]:
+        return {}
+
+    def flush_batch(self, batch: object) -> None:
+        return None
 
     def handle(self, work: Work, locks: object) -> Outcome:
         key = (work.record.topic, work.record.partition, work.offset)

@@ -277,8 +277,17 @@ class AlwaysUnacknowledged:
     def __init__(self) -> None:
         self.calls = 0
 
-    def lock_check(self, work: Work) -> object:
+    def lock_check(self, work: Work, batch: object = None) -> object:
         return object()
+
+    def batch(self, tables: int) -> object:
+        return object()
+
+    def run_prepared(self, batch: object) -> dict[int, object]:
+        return {}
+
+    def flush_batch(self, batch: object) -> None:
+        return None
 
     def handle(self, work: Work, locks: object) -> Outcome:
         self.calls += 1

@@ -1,0 +1,266 @@
+"""Scale benchmark of the cleaner: many tables, many vacuums parked on the delay topic behind held locks.
+
+``ACIDCLEAN_SCALE_TABLES`` tables (default 1,000) each get ``ACIDCLEAN_SCALE_EVENTS / tables`` vacuums
+(default 10,000 in all; the issue's target is 10,000 tables and 100,000 vacuums). Every table is
+held by a real SHARED_READ lock in the real metastore: ``WAVES`` lock requests, each covering every
+``WAVES``-th table. The vacuums are parked in two steps (a tenth, then the rest), and for each step
+the benchmark reports, over a window of several intervals:
+
+* re-check lateness: an envelope's re-check time (its successor's ``ce_time``) minus its due time
+  (``x-due-at``), read from the record headers only; never negative ("never early");
+* the resident memory (VmRSS) of each cleaner process;
+* the metastore ``show_locks`` calls per interval.
+
+Then the locks are released one wave per interval and it reports the time from the first release
+to the last ``CleanupDone`` (the tables do not exist in the metastore and their locations are gone,
+so each cleanup reports the table dropped: the drain measures the loop, the checks and the
+publishing, not deletes). Everything runs for one process and for two processes in one group.
+
+Run: ``pytest tests/bench/bench_scale.py -m bench -s``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from cleaner_support import TENANT, CleanerSubprocess, cleaner_settings, publish, start_cleaner_process
+from confluent_kafka import Consumer, TopicPartition
+
+from acidclean.deploy.local.process import free_port
+from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.lock_entries import snapshot_entry
+from acidclean.shared.metastore import LockRequestComponent
+from acidclean.shared.settings import Settings
+
+pytestmark = pytest.mark.bench
+
+TABLES = int(os.environ.get("ACIDCLEAN_SCALE_TABLES", "1000"))
+EVENTS = int(os.environ.get("ACIDCLEAN_SCALE_EVENTS", "10000"))
+INTERVAL_MS = int(os.environ.get("ACIDCLEAN_SCALE_INTERVAL_MS", "2000"))
+THREADS = int(os.environ.get("ACIDCLEAN_SCALE_THREADS", "4"))
+WAVES = 5
+WINDOW_INTERVALS = 5
+DB = "scale_db"
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def scrape(port: int, name: str) -> float:
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+class HeaderWatcher(threading.Thread):
+    """Reads the delay and done topics from the start, headers only: the due time of every envelope,
+    the re-check lateness of every envelope that follows one, and the CleanupDone count."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(daemon=True)
+        ensure_topics(settings, ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter"))
+        self.delay_topic, self.done_topic = settings.topic("cleanup_delay"), settings.topic("cleanup_done")
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": f"scale-watch-{uuid.uuid4().hex}",
+                "enable.auto.commit": "false",
+                "fetch.wait.max.ms": "50",
+            }
+        )
+        metadata = self.consumer.list_topics(timeout=10)
+        self.consumer.assign(
+            [
+                TopicPartition(topic, p, 0)
+                for topic in (self.delay_topic, self.done_topic)
+                for p in metadata.topics[topic].partitions
+            ]
+        )
+        self.due: dict[bytes, int] = {}
+        self.lateness: list[tuple[float, float]] = []  # (re-checked at, lateness s)
+        self.envelopes = 0
+        self.done = 0
+        self.last_done_at = 0.0
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_flag.is_set():
+            for message in self.consumer.consume(5000, 0.2):
+                if message.error():
+                    continue
+                headers = dict(message.headers() or [])
+                if message.topic() == self.done_topic:
+                    if headers.get("ce_type") == b"acidclean.cleanup.done":
+                        self.done += 1
+                        self.last_done_at = time.time()
+                    continue
+                self.envelopes += 1
+                due = int.from_bytes(headers["x-due-at"], "big", signed=True)
+                self.due[headers["ce_id"]] = due
+                previous = self.due.pop(headers.get("causation_id", b""), None)
+                if previous is not None:
+                    at = datetime.fromisoformat(headers["ce_time"].decode()).timestamp()
+                    self.lateness.append((at, at - previous / 1000))
+        self.consumer.close()
+
+    def window(self, start: float, end: float) -> list[float]:
+        return [late for at, late in list(self.lateness) if start <= at < end]
+
+
+def take_wave_locks(metastore: HiveMetastore) -> tuple[list[tuple[int, int]], dict[int, LockSnapshotEntry]]:
+    """One lock request per wave over every WAVES-th table; returns (txn, lock id) per wave and each
+    table's snapshot entry."""
+    waves = []
+    for wave in range(WAVES):
+        txn = metastore.open_txn()
+        components = [LockRequestComponent(DB, f"t{i}") for i in range(wave, TABLES, WAVES)]
+        result = metastore.lock(components, txn_id=txn)
+        assert result.acquired, result
+        waves.append((txn, result.lock_id))
+    entries = {}
+    for lock in metastore.show_locks(DB):
+        if lock.table and lock.table.startswith("t"):
+            entries[int(lock.table[1:])] = snapshot_entry(lock)
+    assert len(entries) == TABLES, len(entries)
+    return waves, entries
+
+
+def vacuums(root: Path, entries: dict[int, LockSnapshotEntry], start: int, count: int) -> list[VacuumCommitted]:
+    now = datetime.now(timezone.utc)
+    return [
+        VacuumCommitted(
+            tenant=TENANT,
+            table=f"{DB}.t{index % TABLES}",
+            partition=None,
+            occurred_at=now,
+            location="file:" + str(root / TENANT / "scale" / f"t{index % TABLES}"),
+            compaction_type="MINOR",
+            new_directories=["delta_0000001_0000003"],
+            obsolete_directories=["delta_0000001_0000001_0000"],
+            highest_write_id=3,
+            lock_snapshot=[entries[index % TABLES]],
+            vacuum_job_id=f"scale-{index}",
+        )
+        for index in range(start, start + count)
+    ]
+
+
+def measure(
+    label: str, watcher: HeaderWatcher, cleaners: list[tuple[CleanerSubprocess, int]], parked: int
+) -> tuple[float, list[float]]:
+    """Let the parked vacuums cycle for a few intervals, then report one window."""
+    calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
+    time.sleep(2 * INTERVAL_MS / 1000)
+    before = sum(scrape(port, calls) for _, port in cleaners)
+    start = time.time()
+    time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
+    end = time.time()
+    samples = watcher.window(start, end)
+    made = sum(scrape(port, calls) for _, port in cleaners) - before
+    rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
+    early = [late for late in samples if late < 0]
+    per_interval = len(samples) / WINDOW_INTERVALS
+    print(
+        f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} re-checks/interval (of {parked:,}): lateness p50 "
+        f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
+        f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
+        f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made / WINDOW_INTERVALS:.1f}"
+    )
+    assert early == [], early[:5]
+    return percentile(samples, 0.99), rss
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_parked_vacuums_behind_held_locks_then_released_in_waves(
+    processes: int,
+    metastore: HiveMetastore,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    metastore_uri: str,
+    unique_name: str,
+) -> None:
+    root = tmp_path / "data"
+    (root / TENANT).mkdir(parents=True)
+    settings = cleaner_settings(
+        kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=INTERVAL_MS, partitions=8, threads=THREADS
+    )
+    started = time.perf_counter()
+    waves, entries = take_wave_locks(metastore)
+    watcher = HeaderWatcher(settings)
+    watcher.start()
+    cleaners: list[tuple[CleanerSubprocess, int]] = []
+    released = False
+    try:
+        for number in range(processes):
+            port = free_port()
+            cleaner = start_cleaner_process(
+                settings,
+                tmp_path / f"cleaner{number}.log",
+                cleaner_id=f"scale{number}",
+                args=("--metrics-port", str(port)),
+            )
+            cleaners.append((cleaner, port))
+        first = max(1, EVENTS // 10)
+        for chunk in range(0, first, 5000):
+            publish(settings, *vacuums(root, entries, chunk, min(5000, first - chunk)))
+        setup_s = time.perf_counter() - started
+        print(
+            f"\n[bench] scale: {TABLES:,} tables, {EVENTS:,} vacuums, interval {INTERVAL_MS} ms, "
+            f"{processes} process(es) "
+            f"x {THREADS} threads, {WAVES} lock waves (set-up {setup_s:.0f} s; machine shared, timings noisy)"
+        )
+        measure("step 1", watcher, cleaners, first)
+        for chunk in range(first, EVENTS, 5000):
+            publish(settings, *vacuums(root, entries, chunk, min(5000, EVENTS - chunk)))
+        measure("step 2", watcher, cleaners, EVENTS)
+        done_before = watcher.done
+        release_started = time.time()
+        for txn, lock_id in waves:
+            metastore.unlock(lock_id)
+            metastore.commit_txn(txn)
+            time.sleep(INTERVAL_MS / 1000)
+        released = True
+        deadline = time.time() + max(300.0, EVENTS / 100)
+        while watcher.done - done_before < EVENTS and time.time() < deadline:
+            time.sleep(0.5)
+        drained = watcher.done - done_before
+        drain_s = watcher.last_done_at - release_started
+        print(
+            f"[bench]   drain: {drained:,} of {EVENTS:,} CleanupDone {drain_s:.1f} s after the first of {WAVES} "
+            f"releases ({WAVES} intervals apart): {drained / max(drain_s, 1e-9):,.0f}/s"
+        )
+        assert drained == EVENTS
+    finally:
+        for cleaner, _ in cleaners:
+            cleaner.stop()
+        watcher.stop_flag.set()
+        watcher.join(10)
+        if not released:
+            for txn, lock_id in waves:
+                try:
+                    metastore.unlock(lock_id)
+                    metastore.commit_txn(txn)
+                except Exception:  # already released: the metastore's own cleanup handles the rest
+                    pass

@@ -1,0 +1,254 @@
+"""Batches of tables in one worker: one metastore check, one announcement, one publish of outcomes,
+and the at-least-once contract under every way a batch can break (rule 5)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from acidclean.consumers.loop import CleanerLoop, LoopConfig
+from acidclean.schemas.events import CleanupDone, CleanupRejected, CleanupStarted, VacuumCommitted
+from acidclean.shared.acid.names import delta_name
+from acidclean.shared.errors import BusError
+
+from .fakes import TOPICS, FakeConsumer, InlineExecutor, Rig, lock, vacuum
+
+pytestmark = [pytest.mark.rule5]
+
+V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
+SINGLES = [delta_name(i, i, 0) for i in (1, 2, 3)]
+NEW = delta_name(1, 3)
+
+
+def add_table(rig: Rig, index: int) -> VacuumCommitted:
+    """Table ``sales.t<index>``, three single deltas and the vacuum's delta over them, lock-free."""
+    location = f"/warehouse/sales.db/t{index}"
+    rig.metastore.add_table(f"sales.t{index}", "file:" + location)
+    rig.fs.add_acid_dirs(location, [*SINGLES, NEW])
+    event = vacuum(table=f"sales.t{index}", partition=None, location=location, lock_snapshot=[lock(1000 + index)])
+    rig.fs.mark_vacuum_output(event)
+    return event
+
+
+@pytest.fixture
+def rig() -> Rig:
+    return Rig()
+
+
+def loop_over(rig: Rig, consumer: FakeConsumer, executor: Any = None, **config: Any) -> CleanerLoop:
+    loop = CleanerLoop(
+        consumer,
+        rig.handler,
+        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, **config),
+        executor=executor or InlineExecutor(),
+        metrics=rig.metrics,
+        clock=rig.clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (V, 1), (D, 0)])
+    return loop
+
+
+def run_for(loop: CleanerLoop, rig: Rig, seconds: float) -> None:
+    end = rig.clock.now_ms() + seconds * 1000
+    while rig.clock.now_ms() < end:
+        loop.step()
+
+
+class CountingBus:
+    """Counts the publish calls of the rig's in-memory bus (one per acknowledgement waited for)."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.calls: list[list[str]] = []
+        inner = rig.bus.publish_many
+
+        def publish_many(items: Any) -> Any:
+            self.calls.append([event.event_type for _, event in items])
+            return inner(items)
+
+        rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+
+
+def dones(rig: Rig) -> list[CleanupDone]:
+    return [event for event in rig.published(TOPICS.cleanup_done) if isinstance(event, CleanupDone)]
+
+
+def test_a_batch_of_tables_asks_the_metastore_once_and_waits_for_two_acknowledgements(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock, partitions=2)
+    bus = CountingBus(rig)
+    events = [add_table(rig, i) for i in range(10)]
+    for index, event in enumerate(events):
+        consumer.append(V, index % 2, event)
+    loop = loop_over(rig, consumer)
+    run_for(loop, rig, 1)
+    assert sorted(done.correlation_id for done in dones(rig)) == sorted(event.event_id for event in events)
+    assert all(sorted(item.name for item in done.directories_removed) == SINGLES for done in dones(rig))
+    assert rig.metastore.calls["show_locks"] == 1  # one unfiltered call answers all ten tables
+    assert rig.metastore.calls["valid_txn_list"] <= 1
+    # Every CleanupStarted in one publish, acknowledged before the first delete; every CleanupDone in another.
+    assert [set(call) for call in bus.calls] == [{"acidclean.cleanup.started"}, {"acidclean.cleanup.done"}]
+    assert len(bus.calls[0]) == len(bus.calls[1]) == 10
+    assert consumer.committed[(V, 0)] == 5 and consumer.committed[(V, 1)] == 5
+
+
+def test_the_batch_announcement_is_acknowledged_before_any_delete(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(4)]
+    for event in events:
+        consumer.append(V, 0, event)
+    seen_deleted_at_announcement: list[int] = []
+    inner = rig.bus.publish_many
+
+    def publish_many(items: Any) -> Any:
+        if any(isinstance(event, CleanupStarted) for _, event in items):
+            seen_deleted_at_announcement.append(len(rig.fs.deleted))
+        return inner(items)
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    run_for(loop_over(rig, consumer), rig, 1)
+    assert seen_deleted_at_announcement == [0]
+    assert len(rig.fs.deleted) == 12
+
+
+def test_an_unacknowledged_announcement_deletes_nothing_and_commits_nothing(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(3)]
+    for event in events:
+        consumer.append(V, 0, event)
+    rig.bus.fail_next(1)  # the batch's CleanupStarted publish
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert rig.fs.deleted == [] and consumer.committed.get((V, 0), 0) == 0
+    run_for(loop, rig, 10)  # rewound, retried after one interval
+    assert len(dones(rig)) == 3 and consumer.committed[(V, 0)] == 3
+
+
+def test_deleted_but_unacknowledged_outcomes_commit_no_offset_and_the_retry_reports_them(rig: Rig) -> None:
+    """A crash between the batch's deletes and the acknowledgement of its CleanupDone batch: the offsets
+    stay uncommitted; handling again finds nothing left to delete and reports, a duplicate not a loss."""
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(3)]
+    for event in events:
+        consumer.append(V, 0, event)
+    inner = rig.bus.publish_many
+    failures = iter([False, True])  # announcement acknowledged, the outcomes' batch not
+
+    def publish_many(items: Any) -> Any:
+        if next(failures, False):
+            raise BusError("simulated: the CleanupDone batch was not acknowledged")
+        return inner(items)
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert len(rig.fs.deleted) == 9 and dones(rig) == []
+    assert consumer.committed.get((V, 0), 0) == 0
+    run_for(loop, rig, 10)
+    assert consumer.committed[(V, 0)] == 3
+    assert sorted(done.correlation_id for done in dones(rig)) == sorted(event.event_id for event in events)
+    assert all(done.directories_removed == [] for done in dones(rig))  # the announcements say what went
+    assert len(rig.fs.deleted) == 9
+
+
+def test_one_failing_table_is_dead_lettered_and_the_rest_of_its_batch_is_cleaned_and_committed(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(5)]
+    for event in events:
+        consumer.append(V, 0, event)
+    get_table = rig.metastore.get_table
+
+    def exploding(db: str, table: str, partition: str | None = None) -> Any:
+        if table == "t2":
+            raise RuntimeError("boom")
+        return get_table(db, table, partition)
+
+    rig.metastore.get_table = exploding  # type: ignore[method-assign]
+    run_for(loop_over(rig, consumer, error_tries=2), rig, 10)
+    [rejected] = rig.published(TOPICS.dead_letter)
+    assert isinstance(rejected, CleanupRejected) and rejected.causation_id == events[2].event_id
+    cleaned = {done.correlation_id for done in dones(rig)}
+    assert cleaned == {event.event_id for i, event in enumerate(events) if i != 2}
+    assert consumer.committed[(V, 0)] == 5
+    assert not any("/t2/" in path for path in rig.fs.deleted)
+
+
+def test_a_failed_delete_in_a_batch_delays_only_its_table(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(3)]
+    for event in events:
+        consumer.append(V, 0, event)
+    rig.fs.fail_delete.add(f"/warehouse/sales.db/t1/{SINGLES[0]}")
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert {done.correlation_id for done in dones(rig)} == {events[0].event_id, events[2].event_id}
+    [envelope] = rig.published(D)
+    assert envelope.correlation_id == events[1].event_id and "delete failed" in (envelope.check_error or "")
+    assert consumer.committed[(V, 0)] == 3
+
+
+def test_one_tables_events_run_in_order_within_a_batch(rig: Rig) -> None:
+    """Two vacuums of one table and a third table in one batch: the second vacuum of t0 is handled
+    after the first one's deletes, so it finds them gone and removes nothing twice."""
+    consumer = FakeConsumer(rig.clock)
+    first = add_table(rig, 0)
+    duplicate = first.model_copy(update={"vacuum_job_id": "again"})
+    other = add_table(rig, 1)
+    for event in (first, other, first, duplicate):
+        consumer.append(V, 0, event)
+    run_for(loop_over(rig, consumer), rig, 1)
+    assert len(rig.fs.deleted) == 6 and len(set(rig.fs.deleted)) == 6
+    assert consumer.committed[(V, 0)] == 4
+    assert sum(1 for done in dones(rig) if done.directories_removed) == 2
+
+
+def test_a_metastore_down_for_the_batchs_one_check_deletes_nothing(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(4)]
+    for event in events:
+        consumer.append(V, 0, event)
+    rig.metastore.down = True
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert rig.fs.deleted == [] and dones(rig) == []
+    assert len(rig.published(D)) == 4 and consumer.committed[(V, 0)] == 4
+
+
+def test_a_rebalance_mid_batch_commits_no_offset_of_the_unfinished_batch(rig: Rig) -> None:
+    """The batch's outcomes are still being published when the partition is revoked: the revoke
+    commits only what was acknowledged, and the late acknowledgement commits nothing afterwards."""
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(3)]
+    for event in events:
+        consumer.append(V, 0, event)
+    inner = rig.bus.publish_many
+    entered, release = threading.Event(), threading.Event()
+
+    def publish_many(items: Any) -> Any:
+        if any(isinstance(event, CleanupDone) for _, event in items):
+            entered.set()
+            assert release.wait(10)
+        return inner(items)
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    with ThreadPoolExecutor(2) as pool:
+        loop = loop_over(rig, consumer, executor=pool, revoke_timeout_s=0.2)
+        for _ in range(50):
+            loop.step()
+            if entered.is_set():
+                break
+        assert entered.wait(5)
+        consumer.rebalance_revoke([(V, 0)])
+        assert consumer.committed.get((V, 0), 0) == 0
+        release.set()
+        for _ in range(5):
+            loop.step()
+    assert consumer.committed.get((V, 0), 0) == 0  # the late outcomes belong to an ownership that ended
+    offsets = [offset for call in consumer.commit_calls for topic, number, offset in call if (topic, number) == (V, 0)]
+    assert set(offsets) <= {0}
