@@ -169,6 +169,9 @@ class HiveMetastore:
     def get_all_databases(self) -> list[str]:
         return list(self._call("get_all_databases", lambda c: c.get_all_databases()))
 
+    def get_all_tables(self, db: str) -> list[str]:
+        return list(self._call(f"get_all_tables({db})", lambda c: c.get_all_tables(db)))
+
     def create_database(self, db: str, location: str | None = None) -> None:
         """Create ``db`` unless it exists."""
         database = ttypes.Database(name=db, description="", locationUri=location, parameters={})

@@ -201,6 +201,42 @@ class Settings(BaseSettings):
         "then advances, so one bad event never stops its partition).",
     )
 
+    compactor_delta_num_threshold: int = Field(
+        10,
+        ge=0,
+        validation_alias=_alias("compactor_delta_num_threshold", "hive.compactor.delta.num.threshold"),
+        description="The initiator requests a vacuum when a table or partition has more deltas than this.",
+    )
+    compactor_delta_pct_threshold: float = Field(
+        0.1,
+        ge=0,
+        validation_alias=_alias("compactor_delta_pct_threshold", "hive.compactor.delta.pct.threshold"),
+        description="The initiator requests a MAJOR vacuum when the deltas' bytes exceed this fraction of the base's.",
+    )
+    compactor_abortedtxn_threshold: int = Field(
+        1000,
+        ge=0,
+        validation_alias=_alias("compactor_abortedtxn_threshold", "hive.compactor.abortedtxn.threshold"),
+        description="The initiator requests a MAJOR vacuum when more aborted transactions than this wrote to a table.",
+    )
+    initiator_group_id: str = Field(
+        "acidclean-initiator",
+        description="The consumer group of the initiators (each joins <group>.<tenant>), on the delta topic.",
+    )
+    initiator_sweep_interval_s: Seconds = Field(
+        300.0,
+        ge=0,
+        validation_alias=_alias("initiator_sweep_interval_s", "hive.compactor.check.interval"),
+        description="How often the initiator sweeps the metastore's transactional tables (writers that publish "
+        "no DeltaCommitted); 0 turns the sweep off.",
+    )
+    initiator_sweep_tables_per_minute: int = Field(
+        60, gt=0, description="At most this many tables a minute are checked by the sweep."
+    )
+    initiator_table_cache_s: Seconds = Field(
+        300.0, ge=0, description="How long the initiator reuses a table's metastore parameters (TBLPROPERTIES)."
+    )
+
     @classmethod
     def settings_customise_sources(
         cls,

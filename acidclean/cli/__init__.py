@@ -171,6 +171,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.acid", "scan"),
     ("acidclean.cli.audit", "audit"),
     ("acidclean.cli.cleaner", "cleaner"),
+    ("acidclean.cli.initiator", "initiator"),
     ("acidclean.cli.producers", "vacuum"),
     ("acidclean.cli.producers", "create_table"),
     ("acidclean.cli.producers", "ingest"),

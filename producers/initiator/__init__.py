@@ -1,0 +1,1 @@
+"""The initiator: requests vacuums when Hive's compactor thresholds are crossed (issue 13)."""
