@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install jars tools demo test test-unit test-hive3 bench lint clean stack-down
+.PHONY: install jars tools kerberos demo test test-unit test-hive3 bench lint clean stack-down
 
 install: $(VENV)/.installed
 
@@ -32,7 +32,27 @@ tools:
 		test -x .cache/bin/helm || GOBIN=$(CURDIR)/.cache/bin go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION); \
 	else echo "go not found: the Helm chart test will be skipped"; fi
 
-test: jars lint tools
+# The Kerberos tests (tests/integration/test_metastore_kerberos.py) run a real MIT KDC: Debian's
+# krb5-kdc, krb5-admin-server (kadmin.local), krb5-user (kinit) and libkrb5-dev (to build the gssapi
+# module of the kerberos extra). Installed with apt-get when missing and this runs as root (CI does);
+# elsewhere it says so and those tests skip with the reason.
+KRB5_PACKAGES := krb5-kdc krb5-admin-server krb5-user libkrb5-dev
+kerberos: install
+	@missing=; for tool in krb5kdc kdb5_util kadmin.local kinit krb5-config; do \
+		PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing MIT Kerberos for the Kerberos tests (missing:$$missing): apt-get install $(KRB5_PACKAGES)"; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get update -qq && apt-get install -y -qq $(KRB5_PACKAGES) >/dev/null \
+				|| { echo "apt-get could not install $(KRB5_PACKAGES)" >&2; exit 1; }; \
+		else echo "MIT Kerberos missing ($$missing) and not installable here (needs root and apt-get:" \
+			"apt-get install $(KRB5_PACKAGES)): the Kerberos tests will be skipped"; fi; \
+	fi
+	@if command -v krb5-config >/dev/null; then \
+		$(BIN)/python -c 'import gssapi' 2>/dev/null || $(BIN)/pip install --quiet -e '.[kerberos]'; fi
+
+test: jars lint tools kerberos
 	HELM=$(CURDIR)/.cache/bin/helm $(BIN)/pytest
 	ACIDCLEAN_TEST_METASTORE=hive3 $(BIN)/pytest -m metastore tests/integration
 	ACIDCLEAN_TEST_METASTORE=hive4 $(BIN)/pytest -m metastore tests/integration

@@ -23,6 +23,14 @@ class MetastoreError(AcidCleanError):
     """The Hive Metastore refused a call or could not be reached."""
 
 
+class MetastoreAuthenticationError(MetastoreError, ConfigurationError):
+    """Kerberos or the metastore refused this client's credentials (wrong principal, keytab or ticket).
+
+    A configuration error too: like credentials a Kafka broker refuses, it is fixed in the settings,
+    not by waiting (the command line's exit code 2); the cleaner still waits on it as on any
+    metastore failure, deleting nothing."""
+
+
 class TableNotFoundError(MetastoreError):
     """The metastore has no such database, table or partition."""
 

@@ -28,7 +28,7 @@ from hmsclient import hmsclient
 from hmsclient.genthrift.hive_metastore import ttypes
 from thrift.protocol import TBinaryProtocol
 from thrift.Thrift import TApplicationException, TException, TMessageType, TType
-from thrift.transport import TSocket, TTransport
+from thrift.transport import TTransport
 
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.partition_names import (
@@ -38,7 +38,7 @@ from acidclean.shared.acid.partition_names import (
     unescape_path_name,
     value_readings,
 )
-from acidclean.shared.errors import MetastoreError, TableNotFoundError
+from acidclean.shared.errors import MetastoreAuthenticationError, MetastoreError, TableNotFoundError
 from acidclean.shared.metastore import (
     NO_MIN_OPEN,
     CompactionInfo,
@@ -49,6 +49,14 @@ from acidclean.shared.metastore import (
     parse_metastore_uris,
     partition_name,
 )
+from acidclean.shared.metastore_transport import (
+    SASL_KEY,
+    SERVICE_PRINCIPAL_KEY,
+    KerberosSettings,
+    kerberos_from_settings,
+    open_transport,
+)
+from acidclean.shared.settings import Settings
 
 T = TypeVar("T")
 
@@ -62,9 +70,12 @@ ACID_CAPABILITIES = ("HIVEFULLACIDREAD", "HIVEFULLACIDWRITE")
 class HiveMetastore:
     """A :class:`Metastore` over hmsclient. Safe to share between threads."""
 
-    def __init__(self, uris: str, timeout_s: float = 10.0, user: str | None = None) -> None:
+    def __init__(
+        self, uris: str, timeout_s: float = 10.0, user: str | None = None, *, kerberos: KerberosSettings | None = None
+    ) -> None:
         self._endpoints = parse_metastore_uris(uris)
         self._timeout_s = timeout_s
+        self._kerberos = kerberos
         self._client: Any = None  # an open hmsclient.HMSClient, or None
         self._guard = threading.Lock()
         self.user = user or getpass.getuser()
@@ -73,21 +84,29 @@ class HiveMetastore:
         self._get_table_call = "get_table"  # "get_table_req" once a Hive 4 metastore refused get_table
         self._major_version: int | None = None
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HiveMetastore:
+        """The client of every command and of the cleaner: the settings' URIs, timeout and transport
+        (plain, or Kerberos with ``hive.metastore.sasl.enabled``)."""
+        return cls(settings.metastore_uris, settings.metastore_timeout_s, kerberos=kerberos_from_settings(settings))
+
     # connection handling -------------------------------------------------------------------------
 
     def _connect(self) -> Any:
         errors = []
+        refusals: list[MetastoreAuthenticationError] = []
         for host, port in self._endpoints:
-            sock = TSocket.TSocket(host, port)
-            sock.setTimeout(int(self._timeout_s * 1000))
-            transport = TTransport.TBufferedTransport(sock)
-            protocol = TBinaryProtocol.TBinaryProtocol(transport)
             try:
-                transport.open()
+                transport = open_transport(host, port, self._timeout_s, self._kerberos)
+            except MetastoreAuthenticationError as error:
+                refusals.append(error)  # another URI's metastore may still accept us
+                continue
             except TException as error:
                 errors.append(f"{host}:{port}: {error}")
                 continue
-            return hmsclient.HMSClient(iprot=protocol)
+            return hmsclient.HMSClient(iprot=TBinaryProtocol.TBinaryProtocol(transport))
+        if refusals:
+            raise refusals[0]
         raise MetastoreError(
             "cannot reach the Hive Metastore at " + ", ".join(f"thrift://{h}:{p}" for h, p in self._endpoints)
             + f" ({'; '.join(errors)}); check hive.metastore.uris and that the metastore runs"
@@ -102,6 +121,12 @@ class HiveMetastore:
                     return operation(self._client)
                 except (TTransport.TTransportException, OSError, EOFError) as error:
                     self._drop_connection()
+                    if attempt == 2 and self._kerberos is None and _closed_on_us(error):
+                        raise MetastoreAuthenticationError(
+                            f"the Hive Metastore at {self._endpoints_text()} answered {what} twice as one that "
+                            f"requires Kerberos answers a plain client ({error}); set {SASL_KEY}=true "
+                            f"(ACIDCLEAN_METASTORE_SASL_ENABLED), {SERVICE_PRINCIPAL_KEY} and a keytab or ticket cache"
+                        ) from error
                     if attempt == 2:
                         raise MetastoreError(f"metastore call {what} failed: {error}") from error
                 except ttypes.NoSuchObjectException as error:
@@ -112,6 +137,9 @@ class HiveMetastore:
                     message = getattr(error, "message", None) or str(error)
                     raise MetastoreError(f"metastore refused {what}: {message}") from error
         raise AssertionError("unreachable")
+
+    def _endpoints_text(self) -> str:
+        return ", ".join(f"thrift://{host}:{port}" for host, port in self._endpoints)
 
     def _drop_connection(self) -> None:
         if self._client is not None:
@@ -616,4 +644,14 @@ def _lock_info(element: Any, hive4: bool = False) -> LockInfo:
         host=element.hostname or "",
         acquired_at_ms=int(element.acquiredat) if element.acquiredat else None,
         last_heartbeat_ms=int(element.lastheartbeat) if element.lastheartbeat else None,
+    )
+
+
+def _closed_on_us(error: BaseException) -> bool:
+    """Whether a fresh connection failed the way a metastore that requires SASL fails a plain call:
+    it reads the call as a bad negotiation and hangs up (Hive 2, 4), or first sends a SASL ERROR
+    frame, whose status and length read as a Thrift message of 64 MiB (Hive 3)."""
+    return isinstance(error, TTransport.TTransportException) and error.type in (
+        TTransport.TTransportException.END_OF_FILE,
+        TTransport.TTransportException.SIZE_LIMIT,
     )

@@ -48,7 +48,7 @@ def _settings(config_file: Path | None, no_create_topics: bool = False) -> Setti
 
 
 def _metastore(settings: Settings) -> HiveMetastore:
-    return HiveMetastore(settings.metastore_uris, timeout_s=settings.metastore_timeout_s)
+    return HiveMetastore.from_settings(settings)
 
 
 def _names(names: Sequence[str], limit: int = 6) -> str:

@@ -17,16 +17,24 @@ Hive's own compactor (Initiator, Cleaner, workers) is off in every flavour: acid
 compactor of the local stack, unless a test turns Hive's on through ``extra_settings``.
 
 Ready means a Thrift ``get_all_databases`` call answers.
+
+With ``kerberos`` (:class:`MetastoreKerberos`) the metastore requires Kerberos as production ones do
+(``hive.metastore.sasl.enabled=true``, its service principal and keytab, and
+``hadoop.security.authentication=kerberos`` in its Hadoop configuration), against the KDC of
+``deploy/local/kdc.py``; ready then means it answers a SASL negotiation, which needs no credentials.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from acidclean.deploy.local.jars import hive3_home, hive4_home, pyspark_jars
+from acidclean.deploy.local.jars import cached_jars, hive3_home, hive4_home, pyspark_jars
 from acidclean.deploy.local.process import (
     StartedProcess,
     ensure_port_free,
@@ -94,6 +102,31 @@ SCHEMA_TOOLS = {
 }
 
 
+@dataclass(frozen=True)
+class MetastoreKerberos:
+    """What a metastore needs to require Kerberos: its principal, that principal's keytab, the realm."""
+
+    principal: str
+    keytab: Path
+    krb5_conf: Path
+
+    def settings(self) -> dict[str, str]:
+        return {
+            "hive.metastore.sasl.enabled": "true",
+            "metastore.sasl.enabled": "true",
+            "hive.metastore.kerberos.principal": self.principal,
+            "metastore.kerberos.principal": self.principal,
+            "hive.metastore.kerberos.keytab.file": str(self.keytab),
+            "metastore.kerberos.keytab.file": str(self.keytab),
+            "hadoop.security.authentication": "kerberos",
+        }
+
+
+def kerberos_jars(log_dir: Path) -> Path:
+    """The jars a Hive 3.1.3 metastore lacks to require Kerberos (``deploy/local/kerberos/pom.xml``)."""
+    return cached_jars("kerberos", Path(__file__).parent / "kerberos" / "pom.xml", "commons-codec-*.jar", log_dir)
+
+
 def site_xml(settings: dict[str, str]) -> str:
     properties = "\n".join(
         f"  <property><name>{escape(key)}</name><value>{escape(value)}</value></property>"
@@ -121,6 +154,21 @@ def metastore_ready(port: int) -> bool:
     return True
 
 
+def sasl_metastore_ready(port: int) -> bool:
+    """True when a metastore requiring SASL answers a negotiation: a START with a mechanism no server
+    offers gets a BAD or ERROR back, with no credentials needed."""
+    if not port_accepts(port):
+        return False
+    mechanism = b"ACIDCLEAN-READINESS-PROBE"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as probe:
+            probe.sendall(struct.pack(">BI", 1, len(mechanism)) + mechanism)
+            answer = probe.recv(1)
+    except OSError:
+        return False
+    return answer in (b"\x03", b"\x04")
+
+
 def _layout(
     state_dir: Path, port: int, settings: dict[str, str], warehouse_uri: str | None = None
 ) -> tuple[Path, Path]:
@@ -143,6 +191,9 @@ def _layout(
     }
     for name in ("hive-site.xml", "metastore-site.xml"):
         (conf / name).write_text(site_xml(values), encoding="utf-8")
+    if "hadoop.security.authentication" in settings:  # Hadoop's UserGroupInformation reads only core-site.xml
+        core = {"hadoop.security.authentication": settings["hadoop.security.authentication"]}
+        (conf / "core-site.xml").write_text(site_xml(core), encoding="utf-8")
     return home, conf
 
 
@@ -189,12 +240,13 @@ def start_metastore(
     warehouse_uri: str | None = None,
     extra_settings: dict[str, str] | None = None,
     extra_classpath: tuple[Path, ...] = (),
+    kerberos: MetastoreKerberos | None = None,
 ) -> tuple[StartedProcess, str]:
     """Start a metastore under ``state_dir/metastore``; returns the process and its thrift URI.
 
     ``warehouse_uri`` (default: ``state_dir/warehouse`` on the local disk) may be an ``hdfs://`` or
     ``s3a://`` URI; ``extra_settings`` go into its site files and ``extra_classpath`` folders of jars
-    (e.g. Hadoop's S3A client) onto its class path."""
+    (e.g. Hadoop's S3A client) onto its class path; with ``kerberos`` it requires Kerberos."""
     if flavour not in FLAVOURS:
         raise StackError(f"unknown metastore flavour {flavour!r}: choose one of {', '.join(FLAVOURS)}")
     if port is not None:
@@ -207,6 +259,13 @@ def start_metastore(
     env.pop("HADOOP_CONF_DIR", None)
     logs = [f"-Dderby.stream.error.file={log_dir / 'derby.log'}", f"-Dhive.log.dir={log_dir}",
             f"-Dmetastore.log.dir={log_dir}"]
+    ready = lambda: metastore_ready(port)  # noqa: E731
+    if kerberos is not None:
+        if flavour == "hive3":
+            extra_classpath = (*extra_classpath, kerberos_jars(log_dir))
+        extra_settings = {**(extra_settings or {}), **kerberos.settings()}
+        logs.append(f"-Djava.security.krb5.conf={kerberos.krb5_conf}")
+        ready = lambda: sasl_metastore_ready(port)  # noqa: E731
     extra = "".join(f":{folder}/*" for folder in extra_classpath)
     if flavour == "hive2":
         home, conf = _layout(state_dir, port, {**HIVE2_SETTINGS, **(extra_settings or {})}, warehouse_uri)
@@ -228,7 +287,7 @@ def start_metastore(
         f"Hive Metastore ({flavour})",
         [*command, "org.apache.hadoop.hive.metastore.HiveMetaStore", "-p", str(port)],
         log_dir / "metastore.log",
-        ready=lambda: metastore_ready(port),
+        ready=ready,
         timeout_s=timeout_s,
         env=env,
     )
