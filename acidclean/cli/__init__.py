@@ -177,6 +177,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.producers", "ingest"),
     ("acidclean.cli.producers", "read"),
     ("acidclean.cli.producers", "outbox"),
+    ("acidclean.cli.vacuum_service", "vacuum_service"),
 )
 
 
