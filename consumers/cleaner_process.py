@@ -69,6 +69,7 @@ class CleanerOptions:
     crash_points: CrashPoints = field(default_factory=NoCrashes)  # tests of rule 5: ACIDCLEAN_CRASH_AT
     batch_size: int = 500
     create_topics: bool = True
+    batch_tables: int = 200  # tables (lanes) one worker handles together
 
 
 def producer_settings(kafka: dict[str, str]) -> dict[str, str]:
@@ -161,6 +162,7 @@ class CleanerProcess:
             batch_size=self.options.batch_size,
             error_tries=settings.cleanup_error_tries,
             workers=threads,
+            batch_tables=self.options.batch_tables,
         )
         # A step blocks at most half a second polling, longer only while a rebalance waits for the
         # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.

@@ -49,6 +49,7 @@ import queue
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ class PartitionState:
     accepting: bool = True
     seen_until: int | None = None  # every offset below was handed over, held or skipped
     in_flight: set[int] = field(default_factory=set)
-    held: list[Work] = field(default_factory=list)  # fetched, not yet due, in offset order
+    held: deque[Work] = field(default_factory=deque)  # fetched, not yet due, in offset order
     paused_until_ms: int | None = None
     committed: int | None = None
     # Every record read and not finished, by offset, kept across rewinds (a re-read keeps the first
@@ -396,7 +397,7 @@ class CleanerLoop:
             if state.paused_until_ms is None or state.paused_until_ms > now or not state.accepting:
                 continue
             while state.held and state.held[0].due_ms <= now:
-                self._hand_over(partition, state, state.held.pop(0), now)
+                self._hand_over(partition, state, state.held.popleft(), now)
             if state.held:
                 state.paused_until_ms = state.held[0].due_ms
             else:

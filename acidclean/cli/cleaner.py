@@ -50,6 +50,13 @@ from acidclean.consumers.logs import configure_json_logging
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), help="Serve Prometheus /metrics on this port.")
 @click.option("--cleaner-id", help="This process's id in events and logs (default: host-pid).")
 @click.option(
+    "--batch-tables",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Tables one thread handles together (one show_locks, one publish of their outcomes).",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -66,6 +73,7 @@ def cleaner(
     no_create_topics: bool,
     metrics_port: int | None,
     cleaner_id: str | None,
+    batch_tables: int,
     log_level: str,
 ) -> None:
     """Run one cleaner of the consumer group.
@@ -88,7 +96,11 @@ def cleaner(
         },
     )
     options = CleanerOptions(
-        dry_run=dry_run, metrics_port=metrics_port, cleaner_id=cleaner_id, crash_points=crash_points_from_env()
+        dry_run=dry_run,
+        metrics_port=metrics_port,
+        cleaner_id=cleaner_id,
+        crash_points=crash_points_from_env(),
+        batch_tables=batch_tables,
     )
     process = CleanerProcess(settings, options)
     process.run()
