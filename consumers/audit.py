@@ -38,6 +38,9 @@ from acidclean.consumers.audit_wire import (
     WireEvent,
     WireLock,
     WireVacuumCommitted,
+    WireVacuumFailed,
+    WireVacuumRequested,
+    WireVacuumStarted,
     decoders_for,
     fast_decode,
 )
@@ -49,6 +52,9 @@ from acidclean.schemas.events import (
     DelayEnvelope,
     Event,
     VacuumCommitted,
+    VacuumFailed,
+    VacuumRequested,
+    VacuumStarted,
 )
 from acidclean.shared.acid.partition_names import may_be_same_partition
 from acidclean.shared.bus.codec import decode
@@ -56,13 +62,16 @@ from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import MessageLike, RawRecord, raw_record
 from acidclean.shared.settings import Settings
 
-AuditState = Literal["waiting", "cleaned", "rejected", "stuck", "overdue"]
+AuditState = Literal[
+    "requested", "running", "failed", "committed", "waiting", "cleaned", "rejected", "stuck", "overdue"
+]
 # The settings.topics fields read by the audit, with the events each may hold.
 AUDIT_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "vacuum_committed": (VacuumCommitted,),
     "cleanup_delay": (DelayEnvelope,),
     "cleanup_done": (CleanupStarted, CleanupDone),
     "dead_letter": (CleanupRejected,),
+    "vacuum_requests": (VacuumRequested, VacuumStarted, VacuumFailed),
 }
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 READER_ID = "acidclean-audit"
@@ -97,6 +106,9 @@ class AuditRow:
     stuck_since: datetime | None = None
     next_check_at: datetime | None = None
     last_event_at: datetime = EPOCH
+    request_id: str | None = None
+    requested_at: datetime | None = None
+    vacuum_service_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The row as JSON-ready values (ISO 8601 times), for ``audit --format json``."""
@@ -119,6 +131,9 @@ class AuditRow:
             "stuck_since": _iso(self.stuck_since),
             "next_check_at": _iso(self.next_check_at),
             "last_event_at": _iso(self.last_event_at),
+            "request_id": self.request_id,
+            "requested_at": _iso(self.requested_at),
+            "vacuum_service_id": self.vacuum_service_id,
         }
 
 
@@ -133,7 +148,10 @@ AnyDelay = DelayEnvelope | WireDelayEnvelope
 AnyStarted = CleanupStarted | WireCleanupStarted
 AnyDone = CleanupDone | WireCleanupDone
 AnyRejected = CleanupRejected | WireCleanupRejected
-AuditEvent = AnyVacuum | AnyDelay | AnyStarted | AnyDone | AnyRejected
+AnyRequested = VacuumRequested | WireVacuumRequested
+AnyRunning = VacuumStarted | WireVacuumStarted
+AnyFailed = VacuumFailed | WireVacuumFailed
+AuditEvent = AnyVacuum | AnyDelay | AnyStarted | AnyDone | AnyRejected | AnyRequested | AnyRunning | AnyFailed
 _KIND: dict[type[Any], str] = {
     VacuumCommitted: "vacuum",
     WireVacuumCommitted: "vacuum",
@@ -145,6 +163,12 @@ _KIND: dict[type[Any], str] = {
     WireCleanupDone: "done",
     CleanupRejected: "rejected",
     WireCleanupRejected: "rejected",
+    VacuumRequested: "requested",
+    WireVacuumRequested: "requested",
+    VacuumStarted: "running",
+    WireVacuumStarted: "running",
+    VacuumFailed: "failed",
+    WireVacuumFailed: "failed",
 }
 
 
@@ -183,6 +207,9 @@ class _History:
     starts: dict[str, AnyStarted] = field(default_factory=dict)
     dones: dict[str, AnyDone] = field(default_factory=dict)
     rejection: tuple[Order, AnyRejected] | None = None
+    requested: tuple[Order, AnyRequested] | None = None
+    running: tuple[Order, AnyRunning] | None = None
+    failure: tuple[Order, AnyFailed] | None = None
     last_event_at: datetime = EPOCH
 
     def add(self, event: AuditEvent, kind: str) -> None:
@@ -205,16 +232,44 @@ class _History:
             _keep_earliest(self.dones, cast(AnyDone, event))
         elif kind == "rejected":
             self.rejection = _earlier(cast(AnyRejected, event), order, self.rejection)
+        elif kind == "requested":
+            self.requested = _earlier(cast(AnyRequested, event), order, self.requested)
+        elif kind == "running":
+            running = cast(AnyRunning, event)
+            if self.running is None or order > self.running[0]:  # a restarted service starts it again
+                self.running = (order, running)
+        elif kind == "failed":
+            self.failure = _earlier(cast(AnyFailed, event), order, self.failure)
 
-    def row(self, now: datetime | None = None, overdue_after: timedelta | None = None) -> AuditRow:
+    def has_vacuum(self) -> bool:
+        """A vacuum committed: its own event, or one carried by a delay, or its cleaner's reports."""
+        return bool(self.vacuum or self.latest_delay or self.starts or self.dones)
+
+    def has_request(self) -> bool:
+        return bool(self.requested or self.running or self.failure)
+
+    def request_id(self) -> str | None:
+        """The request the vacuum answered (VacuumCommitted.request_id), if any."""
+        vacuum = self.vacuum[1] if self.vacuum else (self.latest_delay[1].vacuum if self.latest_delay else None)
+        return None if vacuum is None or vacuum.request_id is None else str(vacuum.request_id)
+
+    def row(
+        self, now: datetime | None = None, overdue_after: timedelta | None = None, request: _History | None = None
+    ) -> AuditRow:
+        """The row; ``request`` is the history of the request the vacuum answered, when it was read."""
         assert self.first is not None, "a history exists only once an event was added"
         first = self.first[1]
+        asked = request or self
+        requested = asked.requested[1] if asked.requested else None
+        running = asked.running[1] if asked.running else None
+        failure = asked.failure[1] if asked.failure else None
+        committed = self.has_vacuum()
         latest = self.latest_delay[1] if self.latest_delay else None
         rejection = self.rejection[1] if self.rejection else None
         dones = sorted(self.dones.values(), key=_order)
         starts = sorted(self.starts.values(), key=_order)
         vacuum = self.vacuum[1] if self.vacuum else (latest.vacuum if latest else None)
-        identified = vacuum or (self.first_with_table[1] if self.first_with_table else first)
+        identified = vacuum or requested or (self.first_with_table[1] if self.first_with_table else first)
         # The latest start, unless a delay followed it (a delete that failed is delayed after its start).
         started = max(starts, key=_rank, default=None)
         if started is not None and self.latest_delay is not None and _rank(started) < self.latest_delay[0]:
@@ -236,21 +291,34 @@ class _History:
             state, reason = "cleaned", _cleaned_reason(dones[0], len(removed) - reported)
         elif rejection is not None:
             state, reason = "rejected", f"{rejection.reason_code}: {rejection.reason}"
+        elif not committed and failure is not None:
+            state, reason = "failed", f"{failure.reason_code}: {failure.message}"
+        elif not committed and running is not None:
+            state, reason = "running", f"running on {running.vacuum_service_id} since {_seconds(running.started_at)}"
+        elif not committed and requested is not None:
+            state, reason = "requested", requested.reason
         elif started is not None:
             state, reason = "waiting", _started_reason(started)
         elif (overdue := _overdue_reason(vacuum, latest, now, overdue_after)) is not None:
             state, reason = "overdue", overdue
         elif latest is not None and latest.stuck:
             state, reason = "stuck", _waiting_reason(latest)
+        elif latest is not None:
+            state, reason = "waiting", _waiting_reason(latest)
         else:
-            state, reason = "waiting", _waiting_reason(latest) if latest else None
+            state, reason = "committed", None  # no cleaner has checked it yet
+        only_requested = not committed and self.has_request()  # its correlation id is the request's, not a vacuum's
+        if committed:
+            request_id = self.request_id()
+        else:
+            request_id = str(first.correlation_id) if only_requested and first.correlation_id else None
         pending = latest is not None and started is None and state in ("waiting", "stuck", "overdue")
         return AuditRow(
-            vacuum_id=str(first.correlation_id) if first.correlation_id else None,
+            vacuum_id=str(first.correlation_id) if first.correlation_id and not only_requested else None,
             tenant=identified.tenant,
             table=identified.table,
             partition=identified.partition,
-            compaction_type=vacuum.compaction_type if vacuum else None,
+            compaction_type=vacuum.compaction_type if vacuum else (requested.compaction_type if requested else None),
             vacuum_time=vacuum.occurred_at if vacuum else None,
             new_directories=tuple(vacuum.new_directories) if vacuum else (),
             state=state,
@@ -263,7 +331,10 @@ class _History:
             locks_held=_lock_models(latest.locks_held) if latest and pending else (),
             stuck_since=latest.stuck_since if latest and state in ("stuck", "overdue") else None,
             next_check_at=latest.due_at if latest and pending else None,
-            last_event_at=self.last_event_at,
+            last_event_at=max(self.last_event_at, request.last_event_at) if request else self.last_event_at,
+            request_id=request_id,
+            requested_at=requested.requested_at if requested else None,
+            vacuum_service_id=running.vacuum_service_id if running else None,
         )
 
 
@@ -344,9 +415,13 @@ def _time_waited(
     return None
 
 
+def _row_time(row: AuditRow) -> datetime:
+    return row.vacuum_time or row.requested_at or row.last_event_at
+
+
 def _sort_key(row: AuditRow) -> tuple[datetime, str, str, str, str]:
     return (
-        row.vacuum_time or row.last_event_at,
+        _row_time(row),
         row.table or "",
         row.partition or "",
         row.vacuum_id or "",
@@ -379,7 +454,15 @@ def fold(
         if history is None:
             history = histories[group] = _History()
         history.add(audited, kind)
-    return sorted((history.row(now, overdue_after) for history in histories.values()), key=_sort_key)
+    # A vacuum that answered a request shows the request on its own row; the request has no row then.
+    answered = {request_id for history in histories.values() if (request_id := history.request_id()) is not None}
+    rows = []
+    for group, history in histories.items():
+        if group in answered and not history.has_vacuum():
+            continue
+        request_id = history.request_id()
+        rows.append(history.row(now, overdue_after, histories.get(request_id) if request_id else None))
+    return sorted(rows, key=_sort_key)
 
 
 def select(
@@ -395,7 +478,7 @@ def select(
         for row in rows
         if (table is None or row.table == table)
         and (partition is None or may_be_same_partition(row.partition, partition))
-        and (since is None or (row.vacuum_time or row.last_event_at) >= since)
+        and (since is None or _row_time(row) >= since)
     ]
 
 

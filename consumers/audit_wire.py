@@ -271,7 +271,92 @@ class WireCleanupRejected(_WireEvent, kw_only=True, frozen=True):
     source: WireSourceRecord
 
 
-WireEvent = WireVacuumCommitted | WireDelayEnvelope | WireCleanupStarted | WireCleanupDone | WireCleanupRejected
+class WireVacuumFigures(_Strict, frozen=True):
+    delta_count: NonNegative
+    delete_delta_count: NonNegative
+    delta_bytes: NonNegative
+    base_bytes: NonNegative
+    aborted_txns: NonNegative
+
+
+class WireVacuumThresholds(_Strict, frozen=True):
+    delta_num: Positive
+    delta_pct: Annotated[float, msgspec.Meta(ge=0)]
+    aborted_txns: Positive
+
+
+class WireRequestedBy(_Strict, frozen=True):
+    initiator_id: NonEmpty
+    trigger: Literal["event", "sweep"]
+
+
+class WireVacuumRequested(_WireEvent, kw_only=True, frozen=True):
+    kind: ClassVar[str] = "requested"
+    table: TableName
+    correlation_id: Uuid
+    location: NonEmpty
+    compaction_type: Literal["MINOR", "MAJOR"]
+    reason: NonEmpty
+    figures: WireVacuumFigures
+    thresholds: WireVacuumThresholds
+    requested_by: WireRequestedBy
+    requested_at: Moment
+
+    def ids(self) -> list[str]:
+        ids = [self.event_id]  # correlation_id must equal it
+        if self.causation_id is not None:
+            ids.append(self.causation_id)
+        return ids
+
+    def consistent(self) -> bool:
+        return (
+            self.occurred_at.tzinfo is timezone.utc
+            and self.requested_at.tzinfo is timezone.utc
+            and self.correlation_id == self.event_id
+        )
+
+
+class WireVacuumStarted(_WireEvent, kw_only=True, frozen=True):
+    kind: ClassVar[str] = "running"
+    table: TableName
+    correlation_id: Uuid
+    vacuum_service_id: NonEmpty
+    started_at: Moment
+
+    def consistent(self) -> bool:
+        return self.occurred_at.tzinfo is timezone.utc and self.started_at.tzinfo is timezone.utc
+
+
+VacuumFailureCode = Literal["error", "nothing_to_vacuum", "table_gone", "refused"]
+_ONE_LINE = re.compile(r"[^\r\n]+\Z")
+
+
+class WireVacuumFailed(_WireEvent, kw_only=True, frozen=True):
+    kind: ClassVar[str] = "failed"
+    table: TableName
+    correlation_id: Uuid
+    reason_code: VacuumFailureCode
+    message: NonEmpty
+    failed_at: Moment
+
+    def consistent(self) -> bool:
+        return (
+            self.occurred_at.tzinfo is timezone.utc
+            and self.failed_at.tzinfo is timezone.utc
+            and _ONE_LINE.fullmatch(self.message) is not None
+        )
+
+
+WireEvent = (
+    WireVacuumCommitted
+    | WireDelayEnvelope
+    | WireCleanupStarted
+    | WireCleanupDone
+    | WireCleanupRejected
+    | WireVacuumRequested
+    | WireVacuumStarted
+    | WireVacuumFailed
+)
 # The wire struct of each event model, by the model's class name (the tests check they declare the same fields).
 WIRE_STRUCTS: dict[str, type[WireEvent]] = {
     "VacuumCommitted": WireVacuumCommitted,
@@ -279,6 +364,9 @@ WIRE_STRUCTS: dict[str, type[WireEvent]] = {
     "CleanupStarted": WireCleanupStarted,
     "CleanupDone": WireCleanupDone,
     "CleanupRejected": WireCleanupRejected,
+    "VacuumRequested": WireVacuumRequested,
+    "VacuumStarted": WireVacuumStarted,
+    "VacuumFailed": WireVacuumFailed,
 }
 _DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     name: msgspec.json.Decoder(struct) for name, struct in WIRE_STRUCTS.items()

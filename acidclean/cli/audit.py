@@ -25,6 +25,7 @@ COLUMNS = (
     "TABLE",
     "PARTITION",
     "TYPE",
+    "REQUESTED",
     "VACUUM TIME",
     "NEW DIRECTORIES",
     "STATE",
@@ -92,6 +93,7 @@ def table_cells(row: AuditRow) -> tuple[str, ...]:
         row.table or "?",
         row.partition or "-",
         row.compaction_type or "?",
+        _time(row.requested_at),
         _time(row.vacuum_time),
         _names(row.new_directories),
         row.state,
@@ -137,6 +139,12 @@ def render_json(rows: Sequence[AuditRow]) -> str:
     help="Also draw DB.TABLE's timeline (delta directories, vacuums, waits, cleanups) into this PNG file.",
 )
 @click.option(
+    "--validate",
+    is_flag=True,
+    help="Decode every record with the event models (slower; the rows are the same: the fast decoder leaves "
+    "every record it cannot read exactly to the models).",
+)
+@click.option(
     "--config",
     "config_file",
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
@@ -149,6 +157,7 @@ def audit(
     since_text: str | None,
     output_format: str,
     plot_file: Path | None,
+    validate: bool,
     config_file: Path | None,
 ) -> None:
     """Show each vacuum's history, from the event topics.
@@ -164,7 +173,7 @@ def audit(
         require_extra("plot", "acidclean audit --plot")
     since = parse_since(since_text, utc_now()) if since_text else None
     settings = command_settings(config_file)
-    rows, reader = read_audit(settings, table=table, partition=partition, since=since)
+    rows, reader = read_audit(settings, table=table, partition=partition, since=since, validate=validate)
     for topic in reader.missing_topics:
         click.echo(f"note: topic {topic} does not exist (yet); read as empty", err=True)
     click.echo(render_json(rows) if output_format == "json" else render_table(rows))

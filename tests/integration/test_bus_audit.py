@@ -13,7 +13,19 @@ from confluent_kafka import Producer
 
 from acidclean.cli import main
 from acidclean.schemas.common import LockSnapshotEntry
-from acidclean.schemas.events import TOPIC_FIELD, CleanupDone, DelayEnvelope, RemovedDirectory, VacuumCommitted
+from acidclean.schemas.events import (
+    TOPIC_FIELD,
+    CleanupDone,
+    DelayEnvelope,
+    RemovedDirectory,
+    RequestedBy,
+    VacuumCommitted,
+    VacuumFailed,
+    VacuumFigures,
+    VacuumRequested,
+    VacuumStarted,
+    VacuumThresholds,
+)
 from acidclean.shared.bus.codec import encode, reject
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.records import RawRecord
@@ -40,7 +52,9 @@ def _lock(lock_id: int, user: str, host: str) -> LockSnapshotEntry:
     )
 
 
-def _vacuum(n: int, table: str, partition: str | None, minutes: int, kind: str, new: str, locks: list[Any]) -> Any:
+def _vacuum(
+    n: int, table: str, partition: str | None, minutes: int, kind: str, new: str, locks: list[Any], **extra: Any
+) -> Any:
     return VacuumCommitted(
         event_id=_id(n),
         tenant="acme",
@@ -53,6 +67,7 @@ def _vacuum(n: int, table: str, partition: str | None, minutes: int, kind: str, 
         highest_write_id=3,
         lock_snapshot=locks,
         vacuum_job_id=f"job-{n}",
+        **extra,
     )
 
 
@@ -72,6 +87,69 @@ def _delay(n: int, vacuum: Any, attempt: int, after: timedelta, locks: list[Any]
         locks_held=locks,
         **extra,
     )
+
+
+def _request(n: int, table: str, partition: str | None, minutes: int) -> VacuumRequested:
+    return VacuumRequested(
+        event_id=_id(n),
+        tenant="acme",
+        table=table,
+        partition=partition,
+        occurred_at=T0 + timedelta(minutes=minutes),
+        location=f"/warehouse/{table}/{partition or ''}",
+        compaction_type="MINOR",
+        reason="12 deltas >= hive.compactor.delta.num.threshold 10",
+        figures=VacuumFigures(delta_count=12, delete_delta_count=0, delta_bytes=6000, base_bytes=0, aborted_txns=0),
+        thresholds=VacuumThresholds(delta_num=10, delta_pct=0.1, aborted_txns=1000),
+        requested_by=RequestedBy(initiator_id="initiator-1", trigger="event"),
+        requested_at=T0 + timedelta(minutes=minutes),
+    )
+
+
+def _running(n: int, request: VacuumRequested) -> VacuumStarted:
+    moment = request.occurred_at + timedelta(seconds=10)
+    return VacuumStarted(
+        event_id=_id(n),
+        tenant="acme",
+        table=request.table,
+        partition=request.partition,
+        occurred_at=moment,
+        causation_id=request.event_id,
+        correlation_id=request.event_id,
+        vacuum_service_id="vacuum-service-1",
+        started_at=moment,
+    )
+
+
+def requests_history() -> list[Any]:
+    """Issue 13: a request that committed its vacuum, one that failed, one still running, one waiting."""
+    answered, failed, running, waiting = (
+        _request(50, "sales.orders", "ds=3", 5),
+        _request(60, "hr.people", None, 6),
+        _request(70, "sales.orders", "ds=4", 7),
+        _request(80, "sales.orders", "ds=5", 8),
+    )
+    return [
+        answered,
+        _running(51, answered),
+        _vacuum(52, "sales.orders", "ds=3", 5, "MINOR", "delta_0000001_0000012", [], request_id=answered.event_id),
+        failed,
+        _running(61, failed),
+        VacuumFailed(
+            event_id=_id(62),
+            tenant="acme",
+            table="hr.people",
+            occurred_at=T0 + timedelta(minutes=6, seconds=30),
+            causation_id=_id(61),
+            correlation_id=failed.event_id,
+            reason_code="error",
+            message="Spark job failed: OutOfMemoryError",
+            failed_at=T0 + timedelta(minutes=6, seconds=30),
+        ),
+        running,
+        _running(71, running),
+        waiting,
+    ]
 
 
 def scripted_history() -> list[Any]:
@@ -127,7 +205,8 @@ def publish_history(kafka_bootstrap: str, prefix: str) -> Settings:
     settings = load_settings(environ={}, overrides={"kafka.bootstrap.servers": kafka_bootstrap, "topic_prefix": prefix})
     ensure_topics(settings)
     with KafkaEventBus(settings.kafka) as bus:
-        bus.publish_many([(settings.topic(TOPIC_FIELD[type(e)]), e) for e in scripted_history()])
+        history = scripted_history() + requests_history()
+        bus.publish_many([(settings.topic(TOPIC_FIELD[type(e)]), e) for e in history])
     # A record no decoder can read, as a broken producer would leave it: the audit shows it as rejected.
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(
@@ -142,12 +221,16 @@ def publish_history(kafka_bootstrap: str, prefix: str) -> Settings:
 
 
 EXPECTED_TABLE = """\
-TABLE         PARTITION  TYPE   VACUUM TIME           NEW DIRECTORIES        STATE     ATTEMPTS  WAITED  REMOVED                                                BYTES FREED  CLEANER    DETAIL
-sales.orders  ds=1       MINOR  2025-03-14T09:00:00Z  delta_0000001_0000003  cleaned   3         6.0s    delta_0000001_0000001_0000,delta_0000002_0000002_0000  3.0 KiB      cleaner-a
-sales.orders  ds=2       MAJOR  2025-03-14T09:01:00Z  base_0000009           waiting   1         2.0s    -                                                      -            -          held by lock 5 (SHARED_READ, txn 105) by bob@etl-1
-hr.people     -          MINOR  2025-03-14T09:02:00Z  delta_0000001_0000004  stuck     43200     1d00h   -                                                      -            -          held by lock 9 (SHARED_READ, txn 109) by eve@bi-3
-hr.people     -          MINOR  2025-03-14T09:03:00Z  delta_0000005_0000006  rejected  0         -       -                                                      -            -          unsafe_path: 'delta_1_1/../../etc' is not a child of the table location
-?             -          ?      -                     -                      rejected  0         -       -                                                      -            -          not_json: the value is not valid JSON (key must be a string at line 1 column 2)
+TABLE         PARTITION  TYPE   REQUESTED             VACUUM TIME           NEW DIRECTORIES        STATE      ATTEMPTS  WAITED  REMOVED                                                BYTES FREED  CLEANER    DETAIL
+sales.orders  ds=1       MINOR  -                     2025-03-14T09:00:00Z  delta_0000001_0000003  cleaned    3         6.0s    delta_0000001_0000001_0000,delta_0000002_0000002_0000  3.0 KiB      cleaner-a
+sales.orders  ds=2       MAJOR  -                     2025-03-14T09:01:00Z  base_0000009           waiting    1         2.0s    -                                                      -            -          held by lock 5 (SHARED_READ, txn 105) by bob@etl-1
+hr.people     -          MINOR  -                     2025-03-14T09:02:00Z  delta_0000001_0000004  stuck      43200     1d00h   -                                                      -            -          held by lock 9 (SHARED_READ, txn 109) by eve@bi-3
+hr.people     -          MINOR  -                     2025-03-14T09:03:00Z  delta_0000005_0000006  rejected   0         -       -                                                      -            -          unsafe_path: 'delta_1_1/../../etc' is not a child of the table location
+?             -          ?      -                     -                     -                      rejected   0         -       -                                                      -            -          not_json: the value is not valid JSON (key must be a string at line 1 column 2)
+sales.orders  ds=3       MINOR  2025-03-14T09:05:00Z  2025-03-14T09:05:00Z  delta_0000001_0000012  committed  0         -       -                                                      -            -
+hr.people     -          MINOR  2025-03-14T09:06:00Z  -                     -                      failed     0         -       -                                                      -            -          error: Spark job failed: OutOfMemoryError
+sales.orders  ds=4       MINOR  2025-03-14T09:07:00Z  -                     -                      running    0         -       -                                                      -            -          running on vacuum-service-1 since 2025-03-14T09:07:10Z
+sales.orders  ds=5       MINOR  2025-03-14T09:08:00Z  -                     -                      requested  0         -       -                                                      -            -          12 deltas >= hive.compactor.delta.num.threshold 10
 """  # noqa: E501
 
 
@@ -170,6 +253,9 @@ def _row(vacuum_id: int | None, table: str | None, partition: str | None, **fiel
         "locks_held": [],
         "stuck_since": None,
         "next_check_at": None,
+        "request_id": None,
+        "requested_at": None,
+        "vacuum_service_id": None,
     }
     row.update(fields)
     return row
@@ -251,6 +337,50 @@ EXPECTED_JSON = [
         reason="not_json: the value is not valid JSON (key must be a string at line 1 column 2)",
         last_event_at="2025-03-14T09:04:00Z",
     ),
+    _row(
+        52,
+        "sales.orders",
+        "ds=3",
+        vacuum_time="2025-03-14T09:05:00Z",
+        new_directories=["delta_0000001_0000012"],
+        state="committed",
+        last_event_at="2025-03-14T09:05:10Z",
+        request_id=str(_id(50)),
+        requested_at="2025-03-14T09:05:00Z",
+        vacuum_service_id="vacuum-service-1",
+    ),
+    _row(
+        None,
+        "hr.people",
+        None,
+        state="failed",
+        reason="error: Spark job failed: OutOfMemoryError",
+        last_event_at="2025-03-14T09:06:30Z",
+        request_id=str(_id(60)),
+        requested_at="2025-03-14T09:06:00Z",
+        vacuum_service_id="vacuum-service-1",
+    ),
+    _row(
+        None,
+        "sales.orders",
+        "ds=4",
+        state="running",
+        reason="running on vacuum-service-1 since 2025-03-14T09:07:10Z",
+        last_event_at="2025-03-14T09:07:10Z",
+        request_id=str(_id(70)),
+        requested_at="2025-03-14T09:07:00Z",
+        vacuum_service_id="vacuum-service-1",
+    ),
+    _row(
+        None,
+        "sales.orders",
+        "ds=5",
+        state="requested",
+        reason="12 deltas >= hive.compactor.delta.num.threshold 10",
+        last_event_at="2025-03-14T09:08:00Z",
+        request_id=str(_id(80)),
+        requested_at="2025-03-14T09:08:00Z",
+    ),
 ]
 
 
@@ -286,6 +416,9 @@ def test_audit_reproduces_the_scripted_history_in_both_formats(kafka_bootstrap: 
     settings = publish_history(kafka_bootstrap, f"{unique_name}.")
     assert _audit(settings) == EXPECTED_TABLE
     assert json.loads(_audit(settings, "--format", "json")) == EXPECTED_JSON
+    # Every record through the event models: the same rows.
+    assert _audit(settings, "--validate") == EXPECTED_TABLE
+    assert json.loads(_audit(settings, "--format", "json", "--validate")) == EXPECTED_JSON
 
 
 def test_audit_filters_by_table_partition_and_time(kafka_bootstrap: str, unique_name: str) -> None:
@@ -293,7 +426,9 @@ def test_audit_filters_by_table_partition_and_time(kafka_bootstrap: str, unique_
     rows = json.loads(_audit(settings, "sales.orders", "--partition", "ds=2", "--format", "json"))
     assert rows == [EXPECTED_JSON[1]]
     rows = json.loads(_audit(settings, "hr.people", "--since", "2025-03-14T09:02:30Z", "--format", "json"))
-    assert rows == [EXPECTED_JSON[3]]
+    assert rows == [EXPECTED_JSON[3], EXPECTED_JSON[6]]
+    rows = json.loads(_audit(settings, "sales.orders", "--partition", "ds=4", "--format", "json"))
+    assert rows == [EXPECTED_JSON[7]]
     lines = _audit(settings, "no.such_table").splitlines()
     assert len(lines) == 1 and lines[0].split()[:3] == ["TABLE", "PARTITION", "TYPE"]
 

@@ -18,7 +18,7 @@ from acidclean.shared.bus.codec import encode
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.settings import load_settings
 
-from .factories import T0, delay, delta, done, lock, rejected, started, vacuum
+from .factories import T0, delay, delta, done, lock, rejected, requested, started, vacuum, vacuum_failed, vacuum_started
 
 
 def history() -> list[Any]:
@@ -145,9 +145,9 @@ def test_a_dry_run_is_marked_as_such() -> None:
     assert fold([v, done(v, dry_run=True)])[0].reason == "dry run: nothing deleted"
 
 
-def test_a_vacuum_not_yet_checked_is_waiting_with_no_time_waited() -> None:
+def test_a_vacuum_not_yet_checked_is_committed_with_no_time_waited() -> None:
     row = fold([vacuum()])[0]
-    assert (row.state, row.attempts, row.time_waited_ms, row.reason) == ("waiting", 0, None, None)
+    assert (row.state, row.attempts, row.time_waited_ms, row.reason) == ("committed", 0, None, None)
 
 
 D1, D2, D3 = (f"delta_000000{i}_000000{i}_0000" for i in (1, 2, 3))
@@ -266,6 +266,7 @@ def test_table_format_is_one_aligned_line_per_vacuum() -> None:
         "sales.orders",
         "ds=1",
         "MINOR",
+        "-",
         "2025-03-14T09:00:00Z",
         "delta_0000001_0000003",
         "cleaned",
@@ -346,3 +347,95 @@ def test_rows_are_values() -> None:
     with pytest.raises(AttributeError):
         row.state = "waiting"  # type: ignore[misc]
     assert replace(row, state="waiting") != row
+
+
+# -- requests (issue 13): requested, running, failed, then the vacuum's own states ---------------------
+
+
+def request_story() -> tuple[Any, Any, Any]:
+    """A request, its start on a vacuum service, and the vacuum it committed."""
+    asked = requested(occurred_at=T0 - timedelta(minutes=1), requested_at=T0 - timedelta(minutes=1))
+    running = vacuum_started(asked, occurred_at=T0 - timedelta(seconds=50), started_at=T0 - timedelta(seconds=50))
+    answer = vacuum(occurred_at=T0, request_id=asked.event_id)
+    return asked, running, answer
+
+
+def test_a_request_alone_is_requested_with_its_reason() -> None:
+    asked, _, _ = request_story()
+    [row] = fold([asked])
+    assert (row.state, row.reason) == ("requested", "12 deltas >= hive.compactor.delta.num.threshold 10")
+    assert (row.request_id, row.vacuum_id, row.requested_at) == (str(asked.event_id), None, asked.requested_at)
+    assert (row.table, row.partition, row.compaction_type, row.vacuum_time) == (
+        "sales.orders",
+        "ds=2025-03-14",
+        "MINOR",
+        None,
+    )
+
+
+def test_a_started_request_is_running_on_its_vacuum_service() -> None:
+    asked, running, _ = request_story()
+    [row] = fold([running, asked])
+    assert row.state == "running" and row.vacuum_service_id == "vacuum-service-1"
+    assert row.reason == "running on vacuum-service-1 since 2025-03-14T08:59:10Z"
+
+
+def test_a_failed_request_says_why() -> None:
+    asked, running, _ = request_story()
+    failed = vacuum_failed(asked, reason_code="table_gone", message="sales.orders was dropped")
+    [row] = fold([asked, running, failed])
+    assert (row.state, row.reason) == ("failed", "table_gone: sales.orders was dropped")
+    [row] = fold([asked, vacuum_failed(asked, reason_code="nothing_to_vacuum", message="1 delta, nothing to do")])
+    assert (row.state, row.reason) == ("failed", "nothing_to_vacuum: 1 delta, nothing to do")
+
+
+def test_a_committed_vacuum_shows_its_request_on_one_row() -> None:
+    asked, running, answer = request_story()
+    [row] = fold([asked, running, answer])
+    assert (row.state, row.vacuum_id, row.request_id) == ("committed", str(answer.event_id), str(asked.event_id))
+    assert (row.requested_at, row.vacuum_service_id, row.vacuum_time) == (asked.requested_at, "vacuum-service-1", T0)
+
+
+def test_a_requested_vacuum_goes_on_to_wait_and_to_be_cleaned() -> None:
+    asked, running, answer = request_story()
+    [row] = fold([asked, running, answer, delay(answer, 1)])
+    assert row.state == "waiting" and row.request_id == str(asked.event_id)
+    [row] = fold([asked, running, answer, delay(answer, 1), done(answer)])
+    assert row.state == "cleaned" and row.request_id == str(asked.event_id)
+
+
+def test_a_vacuum_known_only_from_its_delay_still_finds_its_request() -> None:
+    asked, running, answer = request_story()
+    [row] = fold([asked, running, delay(answer, 1)])
+    assert row.state == "waiting" and row.request_id == str(asked.event_id)
+
+
+def test_a_vacuum_whose_request_was_not_read_keeps_the_request_id() -> None:
+    _, _, answer = request_story()
+    [row] = fold([answer])
+    assert row.request_id == str(answer.request_id) and row.requested_at is None
+
+
+def test_requests_keep_the_fold_order_independent_and_duplicate_safe() -> None:
+    asked, running, answer = request_story()
+    later = T0 + timedelta(minutes=7)
+    other = requested(table="hr.people", partition=None, occurred_at=later, requested_at=later)
+    events = [*history(), asked, running, answer, delay(answer, 1), other, vacuum_failed(other)]
+    expected = fold(events)
+    assert [row.state for row in expected if row.request_id] == ["waiting", "failed"]
+    rng = random.Random(11)
+    for _ in range(30):
+        rng.shuffle(events)
+        assert fold(events) == expected
+        assert fold(events + events[::4]) == expected
+
+
+def test_request_rows_print_and_select_like_the_others() -> None:
+    asked, running, answer = request_story()
+    rows = fold([asked, running, answer, requested(table="hr.people", partition=None)])
+    text = render_table(rows)
+    assert "REQUESTED" in text.splitlines()[0]
+    assert [row.state for row in select(rows, table="hr.people")] == ["requested"]
+    data = json.loads(render_json(rows))
+    assert {row["request_id"] for row in data} == {str(asked.event_id), str(rows[0].request_id)}
+    assert data[1]["requested_at"] == "2025-03-14T08:59:00Z"

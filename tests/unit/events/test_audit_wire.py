@@ -32,7 +32,7 @@ from acidclean.shared.bus.codec import encode
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.settings import load_settings
 
-from .factories import T0, delay, done, lock, rejected, started, vacuum
+from .factories import T0, delay, done, lock, rejected, requested, started, vacuum, vacuum_failed, vacuum_started
 
 EVENT_CLASS_BY_TYPE_NAME = {cls.__name__: cls for cls in EVENT_CLASS_BY_TYPE.values()}
 SETTINGS = load_settings(environ={}, overrides={"topic_prefix": "p."})
@@ -55,7 +55,18 @@ def histories(draw: st.DrawFn) -> list[Any]:
         table, partition = draw(st.sampled_from(TABLES))
         moment = T0 + timedelta(minutes=index, microseconds=draw(st.sampled_from([0, 500, 123456])))
         locks = [lock(n, f"user{n}", "host") for n in draw(st.lists(st.integers(1, 3), max_size=2, unique=True))]
-        v = vacuum(table=table, partition=partition, occurred_at=moment, lock_snapshot=locks)
+        request_id = None
+        if draw(st.booleans()):
+            asked = requested(table=table, partition=partition, occurred_at=moment - timedelta(seconds=30))
+            request_id = asked.event_id
+            events.append(asked)
+            if draw(st.booleans()):
+                events.append(vacuum_started(asked))
+            if draw(st.integers(0, 3)) == 0:
+                events.append(vacuum_failed(asked, reason_code=draw(st.sampled_from(["error", "nothing_to_vacuum"]))))
+            if draw(st.integers(0, 2)) == 0:
+                continue  # no vacuum (yet) for this request
+        v = vacuum(table=table, partition=partition, occurred_at=moment, lock_snapshot=locks, request_id=request_id)
         if draw(st.integers(0, 4)) > 0:  # else the vacuum is known from its delay envelopes only
             events.append(v)
         for attempt in draw(st.lists(st.integers(1, 5), max_size=3)):
@@ -159,6 +170,7 @@ DAMAGES = {
     "table_with_newline": lambda r: _rekeyed(r, _change(_body(r), table=f"{_body(r)['table'] or 'a.b'}\n")),
     "tenant_with_slash": lambda r: _rekeyed(r, _change(_body(r), tenant="acme/sales.orders", table="ds.x")),
     "partition_with_newline": lambda r: _rekeyed(r, _change(_body(r), partition="ds=1\n")),
+    "two_lines": lambda r: _with_body(r, _change(_body(r), message="failed\nat line 2")),
     "stuck_without_since": lambda r: _with_body(r, _change(_body(r), stuck=True)),
     "locks_observed": lambda r: _with_body(r, _change(_body(r), locks_observed=7)),
     "other_vacuum": lambda r: _other_vacuum(r),
@@ -166,6 +178,9 @@ DAMAGES = {
         r, _change(_body(r), directories_to_remove=[{"name": "delta_1_1", "file_count": 1, "bytes": 1}] * 2)
     ),
     "due_two_hours_east": lambda r: _with_body(r, _change(_body(r), due_at=_east(_body(r).get("due_at") or ""))),
+    "requested_two_hours_east": lambda r: _with_body(
+        r, _change(_body(r), requested_at=_east(_body(r).get("requested_at") or ""))
+    ),
     "two_hours_east": lambda r: _with_body(r, _change(_body(r), occurred_at=_east(_body(r)["occurred_at"]))),
     "other_lock_type": lambda r: _with_body(
         r, json.loads(json.dumps(_body(r)).replace('"SHARED_READ"', '"SHARED_WEIRD"'))
@@ -311,8 +326,11 @@ def test_wire_times_are_utc_like_the_models() -> None:
 def test_each_damage_to_each_kind_of_event_gives_the_validated_rows(damage: str) -> None:
     v = vacuum(lock_snapshot=[lock(1), lock(2)])
     waiting = vacuum(table="hr.people", partition=None, occurred_at=T0 + timedelta(minutes=1))
+    asked = requested()
     histories = [
         [v, delay(v, 1), delay(v, 2, stuck=True, stuck_since=v.occurred_at), started(v, attempt=3), rejected(v)],
+        [asked, vacuum_started(asked), vacuum_failed(asked)],
+        [asked, vacuum_started(asked), vacuum(request_id=asked.event_id)],
         [waiting, delay(waiting, 1)],
         [v, started(v), done(v)],
     ]
