@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 from acidclean.consumers.timeline import Timeline, TimelineEvent, build_timeline
 from acidclean.schemas.common import EventBase
-from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, DeltaCommitted, VacuumCommitted
+from acidclean.schemas.events import (
+    CleanupDone,
+    CleanupStarted,
+    DelayEnvelope,
+    DeltaCommitted,
+    VacuumCommitted,
+    VacuumFailed,
+    VacuumRequested,
+    VacuumStarted,
+)
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
@@ -18,9 +28,25 @@ TIMELINE_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "vacuum_committed": (VacuumCommitted,),
     "cleanup_delay": (DelayEnvelope,),
     "cleanup_done": (CleanupStarted, CleanupDone),
+    "vacuum_requests": (VacuumRequested, VacuumStarted, VacuumFailed),
 }
-MARK_LABEL = {"vacuum": "vacuum committed", "wait": "requeued (locks held)", "cleanup": "cleanup done"}
-MARK_STYLE = {"vacuum": ("tab:blue", "-"), "wait": ("tab:orange", ":"), "cleanup": ("tab:green", "--")}
+TIMELINE_CLASSES = tuple(cls for classes in TIMELINE_TOPICS.values() for cls in classes)
+MARK_LABEL = {
+    "requested": "vacuum requested",
+    "running": "vacuum running",
+    "failed": "vacuum failed",
+    "vacuum": "vacuum committed",
+    "wait": "requeued (locks held)",
+    "cleanup": "cleanup done",
+}
+MARK_STYLE = {
+    "requested": ("tab:purple", ":"),
+    "running": ("tab:purple", "-."),
+    "failed": ("tab:red", "-"),
+    "vacuum": ("tab:blue", "-"),
+    "wait": ("tab:orange", ":"),
+    "cleanup": ("tab:green", "--"),
+}
 
 
 def read_timeline(settings: Settings, table: str, partition: str | None = None) -> Timeline:
@@ -31,8 +57,8 @@ def read_timeline(settings: Settings, table: str, partition: str | None = None) 
     for message in reader:
         record = raw_record(message)
         event = decode(record, rejected_by="acidclean-plot", tenant=settings.tenant, expected=expected[record.topic])
-        if isinstance(event, DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupStarted | CleanupDone):
-            events.append(event)
+        if isinstance(event, TIMELINE_CLASSES):
+            events.append(cast(TimelineEvent, event))
     return build_timeline(events, table, partition)
 
 
@@ -67,6 +93,13 @@ def draw(timeline: Timeline, target: Path) -> None:
         end = min((at for at in cleanups if at >= start), default=None)
         if end is not None:
             axes.axvspan(start, end, color="tab:orange", alpha=0.12, label=None)
+    # A request is in flight until its vacuum commits (or it fails): shaded from the request on.
+    requests = [_number(mark.at) for mark in timeline.marks if mark.kind == "requested"]
+    ends = vacuums + [_number(mark.at) for mark in timeline.marks if mark.kind == "failed"]
+    for start in requests:
+        end = min((at for at in ends if at >= start), default=None)
+        if end is not None:
+            axes.axvspan(start, end, color="tab:purple", alpha=0.10, label=None)
     labelled: set[str] = set()
     for mark in timeline.marks:
         colour, style = MARK_STYLE[mark.kind]
@@ -77,12 +110,12 @@ def draw(timeline: Timeline, target: Path) -> None:
     name = timeline.table + (f" / {timeline.partition}" if timeline.partition else "")
     axes.xaxis_date()
     axes.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
-    axes.set_title(f"{name}: delta directories over time (shaded: waiting for readers' locks)")
+    axes.set_title(f"{name}: delta directories over time (shaded: vacuum in flight, then waiting for readers' locks)")
     axes.set_xlabel("time (UTC)")
     axes.set_ylabel("delta directories")
     axes.set_ylim(bottom=0)
     axes.grid(alpha=0.3)
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=4, frameon=False)
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     figure.autofmt_xdate()
     figure.tight_layout()
     target.parent.mkdir(parents=True, exist_ok=True)

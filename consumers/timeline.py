@@ -1,5 +1,6 @@
-"""A table's timeline from its events: how many delta directories it had, and when it was vacuumed,
-made to wait and cleaned. Pure: events in, points and marks out; ``plot`` draws it.
+"""A table's timeline from its events: how many delta directories it had, and when a vacuum was
+requested, ran, failed or committed, was made to wait and was cleaned. Pure: events in, points and
+marks out; ``plot`` draws it.
 
 The count starts at zero with the first event read, so it is exact for a table whose whole history
 is on the topics (the topics keep vacuum and cleanup events forever; ingest events follow the broker's
@@ -17,11 +18,29 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, DeltaCommitted, VacuumCommitted
+from acidclean.schemas.events import (
+    CleanupDone,
+    CleanupStarted,
+    DelayEnvelope,
+    DeltaCommitted,
+    VacuumCommitted,
+    VacuumFailed,
+    VacuumRequested,
+    VacuumStarted,
+)
 from acidclean.shared.acid.partition_names import may_be_same_partition
 
-MarkKind = Literal["vacuum", "wait", "cleanup"]
-TimelineEvent = DeltaCommitted | VacuumCommitted | DelayEnvelope | CleanupStarted | CleanupDone
+MarkKind = Literal["requested", "running", "failed", "vacuum", "wait", "cleanup"]
+TimelineEvent = (
+    DeltaCommitted
+    | VacuumRequested
+    | VacuumStarted
+    | VacuumFailed
+    | VacuumCommitted
+    | DelayEnvelope
+    | CleanupStarted
+    | CleanupDone
+)
 
 
 @dataclass(frozen=True)
@@ -61,9 +80,7 @@ def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str |
     announced: dict[str, set[str]] = {}  # vacuum id -> directories its CleanupStarted events named
     for event in ordered:
         if isinstance(event, CleanupStarted):
-            announced.setdefault(str(event.correlation_id), set()).update(
-                d.name for d in event.directories_to_remove
-            )
+            announced.setdefault(str(event.correlation_id), set()).update(d.name for d in event.directories_to_remove)
     present: set[str] = set()
     seen_events: set[str] = set()
     points: list[tuple[datetime, int]] = []
@@ -74,6 +91,15 @@ def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str |
         seen_events.add(str(event.event_id))
         if isinstance(event, CleanupStarted):
             continue  # counted when its CleanupDone arrives
+        if isinstance(event, VacuumRequested):
+            marks.append(Mark(event.occurred_at, "requested", f"{event.compaction_type.lower()} vacuum requested"))
+            continue  # requests and runs change no directory: a mark, no point
+        if isinstance(event, VacuumStarted):
+            marks.append(Mark(event.started_at, "running", f"vacuum running on {event.vacuum_service_id}"))
+            continue
+        if isinstance(event, VacuumFailed):
+            marks.append(Mark(event.failed_at, "failed", f"vacuum failed: {event.reason_code}"))
+            continue
         if isinstance(event, DeltaCommitted):
             present.add(event.delta_directory)
         elif isinstance(event, VacuumCommitted):

@@ -9,7 +9,7 @@ from acidclean.consumers.plot import draw
 from acidclean.consumers.timeline import TimelineEvent, build_timeline
 from acidclean.schemas.events import CleanupDone, DeltaCommitted, RemovedDirectory
 
-from .factories import T0, delay, done, started, vacuum
+from .factories import T0, delay, done, requested, started, vacuum, vacuum_failed, vacuum_started
 
 TABLE, PARTITION = "sales.orders", "ds=2025-03-14"
 
@@ -68,3 +68,31 @@ def test_plot_is_a_png_file(tmp_path: Path) -> None:
     draw(build_timeline(story(), TABLE, PARTITION), target)
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert target.stat().st_size > 10_000
+
+
+def test_a_request_and_its_run_are_marked_without_changing_the_count() -> None:
+    asked = requested(table=TABLE, partition=PARTITION, occurred_at=T0 - timedelta(minutes=6))
+    running = vacuum_started(asked, started_at=T0 - timedelta(minutes=5), occurred_at=T0 - timedelta(minutes=5))
+    timeline = build_timeline([*story(), asked, running], TABLE, PARTITION)
+    assert [count for _, count in timeline.points] == [1, 2, 3, 4, 4, 4, 1]
+    assert [mark.kind for mark in timeline.marks] == ["requested", "running", "vacuum", "wait", "wait", "cleanup"]
+    assert timeline.marks[1].label == "vacuum running on vacuum-service-1"
+
+
+def test_a_failed_request_is_marked_and_other_tables_requests_are_not() -> None:
+    asked = requested(table=TABLE, partition=PARTITION, occurred_at=T0 - timedelta(minutes=6))
+    failed = vacuum_failed(asked, reason_code="nothing_to_vacuum", message="nothing to do")
+    elsewhere = requested(table="sales.returns", partition=None)
+    timeline = build_timeline([asked, failed, elsewhere], TABLE, PARTITION)
+    assert [(mark.kind, mark.label) for mark in timeline.marks] == [
+        ("requested", "minor vacuum requested"),
+        ("failed", "vacuum failed: nothing_to_vacuum"),
+    ]
+    assert timeline.points == ()
+
+
+def test_plot_with_a_request_is_a_png_file(tmp_path: Path) -> None:
+    asked = requested(table=TABLE, partition=PARTITION, occurred_at=T0 - timedelta(minutes=6))
+    target = tmp_path / "timeline.png"
+    draw(build_timeline([*story(), asked, vacuum_started(asked)], TABLE, PARTITION), target)
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
