@@ -123,8 +123,8 @@ class HiveMetastore:
                     self._drop_connection()
                     if attempt == 2 and self._kerberos is None and _closed_on_us(error):
                         raise MetastoreAuthenticationError(
-                            f"the Hive Metastore at {self._endpoints_text()} answered {what} twice as one that "
-                            f"requires Kerberos answers a plain client ({error}); set {SASL_KEY}=true "
+                            f"the Hive Metastore at {self._endpoints_text()} dropped {what} twice, as a metastore "
+                            f"that requires Kerberos does with a plain client ({error}): set {SASL_KEY}=true "
                             f"(ACIDCLEAN_METASTORE_SASL_ENABLED), {SERVICE_PRINCIPAL_KEY} and a keytab or ticket cache"
                         ) from error
                     if attempt == 2:

@@ -8,11 +8,12 @@ stands for the host of the URI being connected to, lower-cased, as Hadoop's
 ``SecurityUtil.getServerPrincipal`` does).
 
 The client's own credentials come from a keytab (``metastore_client_keytab`` with
-``metastore_client_principal``) held in a private in-memory ticket cache, so two clients of one
-process never share or overwrite a cache, or else from a ticket cache (``metastore_client_ticket_cache``,
-else ``KRB5CCNAME`` or the default cache that ``kinit`` fills). The realm's configuration is MIT's:
-``/etc/krb5.conf`` or ``KRB5_CONFIG``. Kerberos needs the Python ``gssapi`` module (the ``kerberos``
-extra), imported only when SASL is on.
+``metastore_client_principal``), whose tickets MIT Kerberos keeps in an in-memory cache of this
+process for that principal and keytab (so no file cache of the user's is read or overwritten, and
+expired tickets are fetched again from the keytab), or else from a ticket cache
+(``metastore_client_ticket_cache``, else ``KRB5CCNAME`` or the default cache that ``kinit`` fills).
+The realm's configuration is MIT's: ``/etc/krb5.conf`` or ``KRB5_CONFIG``. Kerberos needs the Python
+``gssapi`` module (the ``kerberos`` extra), imported only when SASL is on.
 
 The SASL mechanism is RFC 4752 over Thrift's SASL negotiation (START, OK, BAD, ERROR, COMPLETE): the
 security layer the metastore offers is taken as it comes (``hadoop.rpc.protection``: authentication,
@@ -23,12 +24,12 @@ and what Kerberos or the metastore said, except a KDC that does not answer, whic
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import re
 import socket
 import struct
-import uuid
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
@@ -84,8 +85,8 @@ class KerberosSettings:
         """Who this client says it is, for messages."""
         if self.keytab:
             return f"{self.client_principal} (keytab {self.keytab})"
-        cache = self.ticket_cache or "the default ticket cache"
-        return f"{self.client_principal or 'the principal'} of {cache}"
+        cache = f"ticket cache {self.ticket_cache}" if self.ticket_cache else "the default ticket cache"
+        return f"{self.client_principal} ({cache})" if self.client_principal else f"the principal of {cache}"
 
 
 def kerberos_from_settings(settings: Settings) -> KerberosSettings | None:
@@ -177,8 +178,10 @@ class GssapiMechanism:
         )
         store: dict[str, str] = {}
         if self._settings.keytab:
-            # A cache of its own: tickets from this keytab go nowhere else, and no other client's land here.
-            store = {"client_keytab": self._settings.keytab, "ccache": f"MEMORY:acidclean-{uuid.uuid4().hex}"}
+            # One memory cache per principal and keytab: reconnections reuse its tickets (a memory cache
+            # lives as long as the process, so one per connection would grow with every reconnect).
+            key = hashlib.sha256(f"{self._settings.client_principal}\0{self._settings.keytab}".encode()).hexdigest()
+            store = {"client_keytab": self._settings.keytab, "ccache": f"MEMORY:acidclean-{key[:16]}"}
         elif self._settings.ticket_cache:
             store = {"ccache": self._settings.ticket_cache}
         if store:

@@ -183,14 +183,21 @@ def test_a_kdc_that_does_not_answer_is_an_outage_not_a_refusal(
     elsewhere = kerberized.state_dir / "krb5-no-kdc.conf"
     elsewhere.write_text(krb5_conf(REALM, free_port()))  # nothing listens there
     monkeypatch.setenv("KRB5_CONFIG", str(elsewhere))
+    # A keytab of its own: the tickets the other tests got from the KDC stay valid for an hour in the
+    # process's memory cache of their keytab, and a client holding them rightly needs no KDC.
+    keytab = kerberized.state_dir / "kdc-down.keytab"
+    keytab.write_bytes(kerberized.client_keytab.read_bytes())
+    settings = kerberized.settings(metastore_client_keytab=str(keytab))
     with pytest.raises(MetastoreError) as failed:
-        HiveMetastore.from_settings(kerberized.settings()).get_all_databases()
+        HiveMetastore.from_settings(settings).get_all_databases()
     assert not isinstance(failed.value, MetastoreAuthenticationError)
     line = str(failed.value)
     assert line.startswith(f"cannot reach the Hive Metastore at {kerberized.uri}: no Kerberos KDC answered"), line
     assert f"Cannot contact any KDC for realm '{REALM}'" in line
     assert f"the kdc entries of its realm in {elsewhere} (KRB5_CONFIG)" in line
-    command = CliRunner().invoke(main, ["read", "kerberos.orders", "--count"], env=kerberized.environment())
+    command = CliRunner().invoke(
+        main, ["read", "kerberos.orders", "--count"], env=kerberized.environment(metastore_client_keytab=str(keytab))
+    )
     assert command.exit_code == EXIT_UNAVAILABLE, command.output
     assert command.output.startswith("error: cannot reach the Hive Metastore at "), command.output
 
@@ -219,3 +226,36 @@ def test_commands_connect_with_kerberos_and_exit_2_when_refused(kerberized: Kerb
     assert refused.exit_code == EXIT_USAGE, refused.output
     lines = refused.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: Kerberos authentication to the Hive Metastore"), lines
+
+
+def test_the_cleaner_waits_for_a_reader_and_cleans_through_kerberos(
+    kerberized: KerberizedMetastore, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    from cleaner_support import Watcher, cleaner_settings, create_table, publish, running_cleaner, start_reader
+
+    root = tmp_path / "data"
+    plain = cleaner_settings(kafka_bootstrap, kerberized.uri, root, unique_name)
+    kerberos = {key: value for key, value in kerberized.settings().model_dump().items() if key.startswith("metastore_")}
+    settings = plain.model_copy(update={**kerberos, "metastore_timeout_s": 10.0})
+    watcher = Watcher(settings)
+    with HiveMetastore.from_settings(settings) as client:
+        table = create_table(client, root, unique_name)
+        table.commit_deltas(3)
+        reader = start_reader(client, table)
+        vacuum = table.minor_vacuum()
+        assert [lock.lock_id for lock in vacuum.lock_snapshot] == [reader.lock_id]
+        before = table.children()
+        try:
+            with running_cleaner(settings):
+                publish(settings, vacuum)
+                # The cleaner asked the metastore, through Kerberos, and saw the reader's lock still held.
+                delays = watcher.wait_for(lambda: watcher.delays(vacuum), 30, "a delay while the reader holds its lock")
+                assert delays[0].check_error is None, delays[0].check_error
+                assert [lock.lock_id for lock in delays[0].locks_held] == [reader.lock_id]
+                assert table.children() == before
+                reader.release()
+                [done] = watcher.wait_for(lambda: watcher.done(vacuum), 30, "CleanupDone once the reader is gone")
+        finally:
+            watcher.close()
+    assert len(done.directories_removed) == 3
+    assert table.children() == vacuum.new_directories
