@@ -48,7 +48,7 @@ class BucketTask:
     valid_ids: ValidIdList
     insert_target: str
     delete_target: str | None
-    row_type: pa.StructType
+    row_type: pa.StructType | None  # the inputs' row struct; only a MINOR task writing delete events uses it
     codec: str
     storage_environment: tuple[tuple[str, str], ...] = ()  # the driver's storage client settings
 
@@ -72,9 +72,18 @@ class BucketResult:
 
 
 def bucket_tasks(
-    plan: CompactionPlan, *, location_uri: str, staging_dir: str, row_type: pa.StructType, codec: str
+    plan: CompactionPlan, *, location_uri: str, staging_dir: str, row_type: pa.StructType | None, codec: str
 ) -> list[BucketTask]:
-    """One task per bucket of the plan."""
+    """One task per bucket of the plan, the buckets with the most input bytes first: Spark starts
+    tasks in this order, so a big bucket does not start last and keep the other cores waiting."""
+    sizes = {f.path: f.size for f in plan.listing.files}
+    input_bytes: dict[int, int] = {}
+    for data_file in snapshot_files(plan.listing, plan.state):
+        if data_file.bucket_id is not None:
+            input_bytes[data_file.bucket_id] = input_bytes.get(data_file.bucket_id, 0) + sizes.get(
+                data_file.relative_path, 0
+            )
+    buckets = sorted(plan.buckets, key=lambda b: (-input_bytes.get(b, 0), b))
     return [
         BucketTask(
             location_uri=location_uri,
@@ -90,8 +99,15 @@ def bucket_tasks(
             codec=codec,
             storage_environment=tuple(sorted(storage_environment().items())),
         )
-        for bucket in plan.buckets
+        for bucket in buckets
     ]
+
+
+def needs_row_type(plan: CompactionPlan) -> bool:
+    """Whether the tasks need :func:`input_row_type`: only a MINOR plan carrying delete deltas writes
+    delete events, whose ``row`` column has the inputs' type. Everything else is not worth a read of
+    a file footer on the driver before the tasks can start."""
+    return plan.compaction_type is CompactionType.MINOR and plan.delete_target is not None
 
 
 def input_row_type(fs: pafs.FileSystem, plan: CompactionPlan) -> pa.StructType:
@@ -132,6 +148,8 @@ def compact_bucket(task: BucketTask) -> BucketResult:
         rows = read_state(fs, listing, inserts_only, task.valid_ids, with_row_id=True, bucket=bucket)
         identities = read_delete_events(fs, listing, state, task.valid_ids, bucket=bucket)
         if identities.num_rows and task.delete_target is not None:
+            if task.row_type is None:
+                raise ValueError("a MINOR task that writes delete events needs the inputs' row_type")
             deletes = sort_by_identity(delete_events(identities, None, task.row_type))
             written.append(_write(fs, task, task.delete_target, deletes))
             deletes_written = deletes.num_rows

@@ -45,7 +45,7 @@ from acidclean.producers.commit import (
     write_vacuum_markers,
 )
 from acidclean.producers.commit_mode import CommitMode, choose_commit_mode
-from acidclean.producers.compact import BucketResult, bucket_tasks, input_row_type
+from acidclean.producers.compact import BucketResult, bucket_tasks, input_row_type, needs_row_type
 from acidclean.producers.exclusion import ExclusionSettings, exclusive_vacuum
 from acidclean.producers.outbox import Outbox
 from acidclean.producers.plan import (
@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOGGER = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class VacuumRequest:
@@ -236,9 +237,7 @@ def _plan_and_vacuum(
     earlier: list[PublishOutcome],
 ) -> VacuumResult:
     location = open_location(info.location)
-    mode = choose_commit_mode(
-        settings.vacuum_commit, metastore.kind, location_scheme(location.uri), location.uri
-    )
+    mode = choose_commit_mode(settings.vacuum_commit, metastore.kind, location_scheme(location.uri), location.uri)
     removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
         refuse_while_hive_compacts(metastore, info)
@@ -333,7 +332,7 @@ class _Job:
             plan,
             location_uri=self.location.uri,
             staging_dir=into,
-            row_type=input_row_type(self.location.fs.arrow, plan),
+            row_type=input_row_type(self.location.fs.arrow, plan) if needs_row_type(plan) else None,
             codec=orc_codec(self.info.orc_compress),
         )
         return run_bucket_tasks(self.spark, tasks, self.progress)
