@@ -196,6 +196,18 @@ class SharedCheck:
         self._locks_error: MetastoreError | None = None
         self._txns: ValidTxnList | None = None
         self._txns_error: MetastoreError | None = None
+        self._by_table: dict[tuple[str, str], list[LockInfo]] | None = None
+
+    def table_locks(self, table: str) -> list[LockInfo]:
+        """One table's locks from the shared list, by an index built once (a scan per table would cost
+        tables x locks per batch)."""
+        locks = self.all_locks()
+        if self._by_table is None:
+            index: dict[tuple[str, str], list[LockInfo]] = {}
+            for lock in locks:
+                index.setdefault((lock.db.lower(), (lock.table or "").lower()), []).append(lock)
+            self._by_table = index
+        return list(self._by_table.get(lock_scope(table), ()))
 
     def all_locks(self) -> list[LockInfo]:
         """Every lock (raises ``MetastoreError``, the same one for every table of the batch)."""
@@ -288,7 +300,7 @@ class TableLockCheck:
             try:
                 if shared is not None:
                     self._all_locks = shared.all_locks()
-                    self._locks = table_locks(self._all_locks, self._table)
+                    self._locks = shared.table_locks(self._table)
                 elif txn_rule:
                     # One unfiltered call: the table's locks, and which transactions read with locks.
                     self._all_locks = self._handler.show_locks(None)

@@ -252,3 +252,22 @@ def test_a_rebalance_mid_batch_commits_no_offset_of_the_unfinished_batch(rig: Ri
     assert consumer.committed.get((V, 0), 0) == 0  # the late outcomes belong to an ownership that ended
     offsets = [offset for call in consumer.commit_calls for topic, number, offset in call if (topic, number) == (V, 0)]
     assert set(offsets) <= {0}
+
+
+@pytest.mark.rule1
+def test_a_lock_held_on_one_table_of_a_batch_keeps_only_that_table_waiting_whatever_the_case(rig: Rig) -> None:
+    """The batch's one unfiltered show_locks is indexed by table: the index must find a reader's lock
+    however the event spells the table, and must not lend it to the other tables."""
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(3)]
+    rig.metastore.take_lock(1001, "sales.t1")
+    shouty = events[1].model_copy(update={"table": "SALES.T1"})
+    for event in (events[0], shouty, events[2]):
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert {done.correlation_id for done in dones(rig)} == {events[0].event_id, events[2].event_id}
+    assert not any("/t1/" in path for path in rig.fs.deleted)
+    [envelope] = rig.published(D)
+    assert envelope.correlation_id == events[1].event_id and [e.lock_id for e in envelope.locks_held] == [1001]
