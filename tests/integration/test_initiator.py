@@ -12,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,11 +23,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from producers_support import make_settings
 
+from acidclean.deploy.local.process import free_port
 from acidclean.producers.ingest import IngestRequest, create_table, ingest
-from acidclean.producers.initiator.process import initiator_group_id
+from acidclean.producers.initiator.process import initiator_group_id, key_partition
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import (
     CleanupDone,
+    DeltaCommitted,
     VacuumCommitted,
     VacuumFailed,
     VacuumRequested,
@@ -293,3 +297,66 @@ def test_two_initiators_of_one_group_request_each_key_once(
     time.sleep(2)
     tables = [r.table for r in requests(settings)]
     assert sorted(tables) == sorted(wanted)
+    # The sweep finds a key's owner by the producer's partitioner: it must agree with where records went.
+    for message in LogReader(settings.kafka, [settings.topic("delta_committed")]):
+        key = message.key().decode()
+        assert message.partition() == key_partition(key, PARTITIONS), key
+
+
+def test_a_table_streaming_100_commits_a_second_gets_one_request_and_starves_no_other(
+    metastore: HiveMetastore, settings: Settings, start_initiator: Start, unique_name: str
+) -> None:
+    busy, other = unique_name + "busy", unique_name + "other"
+    new_table(metastore, busy)
+    new_table(metastore, other)
+    commit(metastore, settings, busy, 11)
+    location = metastore.get_table(DB, busy).location
+    port = free_port()
+    start_initiator("--sweep-interval", "0", "--metrics-port", str(port))
+    wait_for(lambda: requests(settings), what="the busy table's request")  # the initiator is up
+    flood_done = threading.Event()
+
+    def flood() -> None:
+        with KafkaEventBus(settings.kafka) as bus:
+            for second in range(20):
+                started = time.monotonic()
+                bus.publish_many(
+                    [
+                        (
+                            settings.topic("delta_committed"),
+                            DeltaCommitted(
+                                tenant="default",
+                                table=f"{DB}.{busy}",
+                                occurred_at=utc_now(),
+                                location=location,
+                                delta_directory=f"delta_{w:07d}_{w:07d}_0000",
+                                write_id=w,
+                                bytes=100,
+                            ),
+                        )
+                        for w in range(1000 + 100 * second, 1100 + 100 * second)
+                    ]
+                )
+                time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+        flood_done.set()
+
+    flooder = threading.Thread(target=flood)
+    flooder.start()
+    try:
+        time.sleep(1)
+        commit(metastore, settings, other, 11)
+        wait_for(
+            lambda: [r for r in requests(settings) if r.table == f"{DB}.{other}"], timeout_s=30, what="the other table"
+        )
+        assert not flood_done.is_set(), "the quiet table was requested only after the flood ended"
+    finally:
+        flooder.join(timeout=60)
+    wait_for(lambda: group_read_everything(settings), what="the initiator to read the flood")
+    assert sorted(r.table for r in requests(settings)) == sorted([f"{DB}.{busy}", f"{DB}.{other}"])
+
+    def lag() -> float | None:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        values = [float(line.split()[1]) for line in text.splitlines() if line.startswith("acidclean_initiator_lag ")]
+        return values[0] if values else None
+
+    wait_for(lambda: lag() == 0.0, timeout_s=30, what="the lag metric to read 0")
