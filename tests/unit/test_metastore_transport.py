@@ -197,11 +197,14 @@ def test_sasl_off_is_plain_thrift_and_kerberos_settings_come_from_hive_names(tmp
 
 
 def test_missing_kerberos_settings_name_the_key_to_set(tmp_path: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"set hive.metastore.kerberos.principal \(ACIDCLEAN_METASTORE_KERB"):
-        kerberos_from_settings(load_settings(environ={"ACIDCLEAN_METASTORE_SASL_ENABLED": "true"}))
+    no_principal = load_settings(environ={"ACIDCLEAN_METASTORE_SASL_ENABLED": "true"})
+    principal_key = r"set hive.metastore.kerberos.principal \(ACIDCLEAN_METASTORE_KERBEROS_PRINCIPAL\)"
+    with pytest.raises(ConfigurationError, match=principal_key):
+        kerberos_from_settings(no_principal)
     keytab = tmp_path / "k.keytab"
     keytab.write_bytes(b"")
-    with pytest.raises(ConfigurationError, match=r"set metastore_client_principal \(ACIDCLEAN_METASTORE_CLIENT_PRI"):
+    client_key = r"set metastore_client_principal \(ACIDCLEAN_METASTORE_CLIENT_PRINCIPAL\)"
+    with pytest.raises(ConfigurationError, match=client_key):
         KerberosSettings("hive/_HOST@R", keytab=str(keytab))
     missing = load_settings(
         environ={
