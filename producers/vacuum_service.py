@@ -170,7 +170,7 @@ class VacuumService:
         self._clients: list[Any] = []
         self._clients_lock = threading.Lock()
         self._metastore_factory = metastore_factory or (
-            lambda: HiveMetastore(settings.metastore_uris, settings.metastore_timeout_s)
+            lambda: HiveMetastore.from_settings(settings)
         )
         self._bus_factory = bus_factory or (
             lambda: KafkaEventBus(settings.kafka, source=f"/acidclean/vacuum-service/{self.service_id}",
