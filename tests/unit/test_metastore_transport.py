@@ -265,3 +265,19 @@ def test_a_refused_authentication_exits_as_bad_settings_and_fails_closed_as_a_me
     # The CLI maps ConfigurationError to exit 2; the cleaner waits (deletes nothing) on any MetastoreError.
     assert issubclass(MetastoreAuthenticationError, ConfigurationError)
     assert issubclass(MetastoreAuthenticationError, MetastoreError)
+
+
+def test_every_command_builds_its_metastore_client_from_the_settings() -> None:
+    # One place decides plain or Kerberos: a client built from the URIs alone would speak plain Thrift
+    # to a metastore that requires Kerberos. (deploy/local builds clients of the local stack it starts.)
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    built_elsewhere = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("acidclean", "producers", "consumers", "shared")
+        for path in sorted((root / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\bHiveMetastore\(", line)
+    ]
+    assert built_elsewhere == [], "use HiveMetastore.from_settings(settings) at " + ", ".join(built_elsewhere)
