@@ -67,7 +67,14 @@ from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.reader import reader_config
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
-from acidclean.shared.errors import AcidCleanError, ConfigurationError
+from acidclean.shared.errors import (
+    AcidCleanError,
+    AcidLayoutError,
+    ConfigurationError,
+    MetastoreError,
+    TableNotFoundError,
+)
+from acidclean.shared.filesystem import StorageError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import TableInfo, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
@@ -80,6 +87,7 @@ INITIATOR_TOPICS = ("delta_committed", "vacuum_requests", "vacuum_committed", "c
 LIFECYCLE_TOPICS = ("vacuum_requests", "vacuum_committed", "cleanup_done", "dead_letter")
 LIFECYCLE_EVENTS = (VacuumRequested, VacuumStarted, VacuumFailed, VacuumCommitted, CleanupDone, CleanupRejected)
 LAG_REFRESH_S = 5.0
+RETRY_S = 5.0
 
 
 def initiator_group_id(settings: Settings) -> str:
@@ -175,6 +183,7 @@ class InitiatorProcess:
         self._owned: set[int] = set()
         self._delta_partitions = 0
         self._pending: dict[str, list[tuple[str, int, int]]] = {}
+        self._retry_at: dict[str, float] = {}
         self._ledger = OffsetLedger()
         self._tail_positions: dict[tuple[str, int], int] = {}
         self._barrier: dict[tuple[str, int], int] = {}
@@ -343,16 +352,21 @@ class InitiatorProcess:
         if not self.core.dirty:
             return
         caught_up = self.caught_up()
+        now = self._clock()
         for key in list(self.core.dirty):
             if self._stop:
                 return
+            if self._retry_at.get(key, 0.0) > now:
+                continue
             partition = self._key_partition.get(key)
             owned = partition is not None and partition in self._owned
             if owned and not caught_up:
                 continue  # decided once the tail has caught up
+            if self.core.may_request(key, owned=owned, caught_up=caught_up) and not self._evaluate(key, trigger):
+                self._retry_at[key] = now + RETRY_S  # the metastore or storage failed: its offsets wait
+                continue
+            self._retry_at.pop(key, None)
             self.core.dirty.discard(key)
-            if self.core.may_request(key, owned=owned, caught_up=caught_up):
-                self._evaluate(key, trigger)
             self._finish(key)
 
     def _finish(self, key: str) -> None:
@@ -386,41 +400,48 @@ class InitiatorProcess:
         return operation(self._metastore)
 
     def _list(self, key: str, table: str, location: str) -> bool:
-        """List ``key``'s directory and reset its figures; False (logged) when it cannot be read."""
+        """List ``key``'s directory and reset its figures; False (logged) when its layout cannot be read.
+        A metastore or storage failure raises: the key is tried again later."""
         db, name = split_table_name(table)
+        valid = ValidWriteIdList.from_string(self._call("valid_write_ids", lambda m: m.valid_write_ids(db, name)))
+        self.calls["listing"] += 1
+        self.metrics.listings.inc()
+        listing = self._lister(location)
         try:
-            valid = ValidWriteIdList.from_string(self._call("valid_write_ids", lambda m: m.valid_write_ids(db, name)))
-            self.calls["listing"] += 1
-            self.metrics.listings.inc()
-            listing = self._lister(location)
             state = acid_state(listing, valid)
-        except AcidCleanError as error:
+        except AcidLayoutError as error:
             log.warning("initiator cannot read %s (%s): %s", key, location, error)
             return False
         figures = figures_of(state, listing, aborted_txns=len(valid.aborted_ids))
         self.core.set_listing(key, figures, (d.name for d in state.deltas))
         return True
 
-    def _evaluate(self, key: str, trigger: str, table: str | None = None, partition: str | None = None) -> None:
+    def _evaluate(self, key: str, trigger: str, table: str | None = None, partition: str | None = None) -> bool:
+        """Decide ``key`` (request it or not); False when the metastore or storage failed (try again)."""
         if table is None:
             parts = key.split("/", 2)  # tenant/db.table[/partition]
             table, partition = parts[1], parts[2] if len(parts) > 2 else None
+        location = self._locations.get(key)
         try:
             info = self._table(table)
-            if not info.transactional or is_auto_compaction_off(info.parameters):
-                return
+            if location is None or not info.transactional or is_auto_compaction_off(info.parameters):
+                return True
             thresholds = table_thresholds(self.defaults, info.parameters)
-        except (AcidCleanError, InvalidTableProperty) as error:
+            if self.core.needs_listing(key) and not self._list(key, table, location):
+                return True
+        except TableNotFoundError as error:
+            log.info("initiator skips %s: %s", key, error)
+            return True
+        except InvalidTableProperty as error:
             log.warning("initiator skips %s: %s", key, error)
-            return
-        location = self._locations.get(key)
-        if location is None:
-            return
-        if self.core.needs_listing(key) and not self._list(key, table, location):
-            return
+            return True
+        except (MetastoreError, StorageError, AcidLayoutError) as error:
+            log.warning("initiator will try %s again in %g s: %s", key, RETRY_S, error)
+            return False
         decision = self.core.decision(key, thresholds, insert_only=is_insert_only(info.parameters))
         if decision is not None:
             self._request(key, table, partition, location, decision, thresholds, trigger)
+        return True
 
     def _request(
         self,
