@@ -233,6 +233,31 @@ class SharedCheck:
         return self._txns
 
 
+class LockCallCosts:
+    """Moving averages of how long an unfiltered and a table-filtered ``show_locks`` take, to choose
+    for a batch of n tables between one unfiltered call and n filtered ones by the numbers."""
+
+    WEIGHT = 0.2
+
+    def __init__(self) -> None:
+        self.unfiltered_s: float | None = None
+        self.filtered_s: float | None = None
+
+    def record(self, unfiltered: bool, seconds: float) -> None:
+        previous = self.unfiltered_s if unfiltered else self.filtered_s
+        value = seconds if previous is None else previous + self.WEIGHT * (seconds - previous)
+        if unfiltered:
+            self.unfiltered_s = value
+        else:
+            self.filtered_s = value
+
+    def prefer_unfiltered(self, tables: int) -> bool:
+        """Whether one unfiltered call should answer ``tables`` tables (yes until both were measured)."""
+        if self.unfiltered_s is None or self.filtered_s is None:
+            return True
+        return self.unfiltered_s <= tables * self.filtered_s
+
+
 @dataclass(frozen=True)
 class _Outgoing:
     topic: str
@@ -246,8 +271,11 @@ class OutcomeBatch:
     one ``publish_many`` with one wait for the acknowledgements (:meth:`CleanupHandler.flush_batch`)."""
 
     def __init__(self, handler: CleanupHandler, tables: int) -> None:
-        # One table alone keeps the table-filtered show_locks; several share one unfiltered call.
-        self.check: SharedCheck | None = SharedCheck(handler) if tables > 1 else None
+        # One table alone keeps the table-filtered show_locks; several share one unfiltered call unless
+        # the calls measured so far say one call per table costs less (a metastore holding many locks).
+        self.per_table = not (tables > 1 and handler.lock_call_costs.prefer_unfiltered(tables))
+        # Asked only when used: for every table unless per_table, else for the transaction rule's tables.
+        self.check = SharedCheck(handler)
         self.tables: list[TableLockCheck] = []
         self.prepared: list[PreparedCleanup] = []
         self.outbox: list[_Outgoing] = []
@@ -295,7 +323,8 @@ class TableLockCheck:
         # than T skips the _vT output even when it locks (docs/safety.md, rule 2).
         visibility_commit = committed_through_transaction(vacuum.new_directories)
         txn_rule = (self._handler.config.wait_for_open_txns or visibility_commit) and vacuum.next_txn_id is not None
-        shared = self.batch.check if self.batch is not None else None
+        batch = self.batch
+        shared = batch.check if batch is not None and (txn_rule or not batch.per_table) else None
         if self._locks is None and self._error is None:
             try:
                 if shared is not None:
@@ -313,7 +342,7 @@ class TableLockCheck:
         if self._locks is not None and txn_rule:
             try:
                 if self._all_locks is None:
-                    self._all_locks = self._handler.show_locks(None)
+                    self._all_locks = batch.check.all_locks() if batch is not None else self._handler.show_locks(None)
                 open_ids = self.transactions().open_ids
                 open_before = open_transactions_before(
                     vacuum.next_txn_id,
@@ -364,6 +393,7 @@ class CleanupHandler:
         self._crash = crash_points or NoCrashes()
         self._stuck: dict[str, float] = {}
         self._stuck_lock = threading.Lock()
+        self.lock_call_costs = LockCallCosts()
 
     # -- entry points ------------------------------------------------------------------------------
 
@@ -399,10 +429,14 @@ class CleanupHandler:
     def show_locks(self, table: str | None) -> list[LockInfo]:
         """One table-level show_locks (every lock with ``None``), retried a bounded number of times
         (then fail closed)."""
+        started = time.perf_counter()
         if table is None:
-            return self._retried("show_locks", lambda metastore: metastore.show_locks())
-        db, name = lock_scope(table)
-        return self._retried("show_locks", lambda metastore: metastore.show_locks(db, name))
+            locks = self._retried("show_locks", lambda metastore: metastore.show_locks())
+        else:
+            db, name = lock_scope(table)
+            locks = self._retried("show_locks", lambda metastore: metastore.show_locks(db, name))
+        self.lock_call_costs.record(table is None, time.perf_counter() - started)
+        return locks
 
     def valid_txns(self) -> ValidTxnList:
         """The metastore's transaction list (open and aborted transactions), retried like show_locks."""

@@ -271,3 +271,28 @@ def test_a_lock_held_on_one_table_of_a_batch_keeps_only_that_table_waiting_whate
     assert not any("/t1/" in path for path in rig.fs.deleted)
     [envelope] = rig.published(D)
     assert envelope.correlation_id == events[1].event_id and [e.lock_id for e in envelope.locks_held] == [1001]
+
+
+@pytest.mark.parametrize(
+    ("unfiltered_s", "filtered_s", "next_txn_id", "calls"),
+    [
+        (None, None, None, 1),  # nothing measured yet: one unfiltered call for the batch
+        (0.03, 0.01, None, 1),  # 4 tables x 10 ms cost more than one 30 ms call
+        (1.0, 0.01, None, 4),  # a metastore with many locks: one filtered call per table is cheaper
+        (1.0, 0.01, 5, 1),  # the open-transaction rule needs every lock anyway: one call for all
+    ],
+)
+def test_a_batch_picks_one_unfiltered_show_locks_or_one_per_table_by_the_measured_costs(
+    rig: Rig, unfiltered_s: float | None, filtered_s: float | None, next_txn_id: int | None, calls: int
+) -> None:
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i).model_copy(update={"next_txn_id": next_txn_id}) for i in range(4)]
+    for event in events:
+        consumer.append(V, 0, event)
+    rig.handler.lock_call_costs.unfiltered_s = unfiltered_s
+    rig.handler.lock_call_costs.filtered_s = filtered_s
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert rig.metastore.calls["show_locks"] == calls
+    assert len(dones(rig)) == 4 and consumer.committed[(V, 0)] == 4
