@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from acidclean.deploy.local.kdc import Kdc, kdc_tools_missing, kinit, start_kdc
 from acidclean.deploy.local.metastore import MetastoreKerberos, start_metastore
 from acidclean.deploy.local.process import stop_process
 from acidclean.deploy.local.provision import FLAVOUR_ENV
+from acidclean.shared import metastore_transport
 from acidclean.shared.errors import ConfigurationError, MetastoreAuthenticationError, MetastoreError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, Operation
@@ -55,6 +57,10 @@ class KerberizedMetastore:
     client_keytab: Path
     stranger: str  # a principal the KDC knows that the metastore does not run as
     state_dir: Path
+
+    def metastore_kerberos(self) -> MetastoreKerberos:
+        """What the metastore runs as: its principal, its keytab, the realm."""
+        return MetastoreKerberos(f"hive/127.0.0.1@{REALM}", self.state_dir / "hive.keytab", self.kdc.krb5_conf)
 
     def environment(self, **settings: str) -> dict[str, str]:
         """ACIDCLEAN_* variables for a client of this metastore with Kerberos; ``settings`` override."""
@@ -87,20 +93,18 @@ def kerberized() -> Iterator[KerberizedMetastore]:
                 patch.setenv(name, value)
             # Where a test means "no credentials", the default ticket cache must not hold any either.
             patch.setenv("KRB5CCNAME", f"FILE:{state_dir / 'no-such-cache'}")
-            service = kdc.add_principal("hive/127.0.0.1", state_dir / "hive.keytab")
+            kdc.add_principal("hive/127.0.0.1", state_dir / "hive.keytab")
             client = kdc.add_principal("acidclean/cleaner", state_dir / "cleaner.keytab")
             stranger = kdc.add_principal("hive/elsewhere")
-            process, uri = start_metastore(
-                state_dir, flavour, kerberos=MetastoreKerberos(service, state_dir / "hive.keytab", kdc.krb5_conf)
-            )
+            realm = KerberizedMetastore(kdc, "", flavour, client, state_dir / "cleaner.keytab", stranger, state_dir)
+            process, uri = start_metastore(state_dir, flavour, kerberos=realm.metastore_kerberos())
             try:
-                yield KerberizedMetastore(
-                    kdc, uri, flavour, client, state_dir / "cleaner.keytab", stranger, state_dir
-                )
+                yield replace(realm, uri=uri)
             finally:
                 stop_process(process.pid, process.name, start_time=process.start_time)
     finally:
         kdc.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def test_a_client_with_a_keytab_lists_databases_and_locks(kerberized: KerberizedMetastore) -> None:
@@ -115,6 +119,40 @@ def test_a_client_with_a_keytab_lists_databases_and_locks(kerberized: Kerberized
         finally:
             metastore.unlock(lock.lock_id)
         assert not [info for info in metastore.show_locks("kerberos", "orders") if info.lock_id == lock.lock_id]
+
+
+def test_messages_to_a_metastore_that_requires_privacy_are_encrypted(
+    kerberized: KerberizedMetastore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # hadoop.rpc.protection=privacy: the metastore offers only GSSAPI's confidentiality layer, so every
+    # message after the negotiation is wrapped (encrypted) both ways; a mistake in either direction
+    # would fail the first call.
+    chosen: list[int] = []
+    choose_layer = metastore_transport.choose_layer
+
+    def spied(offer: bytes) -> tuple[int, int]:
+        layer = choose_layer(offer)
+        chosen.append(layer[0])
+        return layer
+
+    monkeypatch.setattr(metastore_transport, "choose_layer", spied)
+    process, uri = start_metastore(
+        kerberized.state_dir / "privacy",
+        kerberized.flavour,
+        kerberos=kerberized.metastore_kerberos(),
+        extra_settings={"hadoop.rpc.protection": "privacy"},
+    )
+    try:
+        with HiveMetastore.from_settings(kerberized.settings(metastore_uris=uri)) as metastore:
+            metastore.create_database("private")
+            metastore.create_transactional_table("private", "orders", [("id", "int"), ("name", "string")])
+            assert metastore.get_table("private", "orders").transactional
+            lock = metastore.lock([LockRequestComponent("private", "orders", operation=Operation.NO_TXN)])
+            assert lock.lock_id in [info.lock_id for info in metastore.show_locks("private", "orders")]
+            metastore.unlock(lock.lock_id)
+    finally:
+        stop_process(process.pid, process.name, start_time=process.start_time)
+    assert chosen == [metastore_transport.LAYER_CONFIDENTIALITY]
 
 
 def test_a_client_with_a_ticket_cache_from_kinit_connects(kerberized: KerberizedMetastore) -> None:
