@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from functools import partial
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from acidclean.consumers.audit_wire import (
     WireCleanupDone,
@@ -219,27 +219,27 @@ class _History:
             self.first_with_table = _earlier(event, order, self.first_with_table)
         if event.occurred_at > self.last_event_at:
             self.last_event_at = event.occurred_at
+        # ``kind`` says which of the union it is (typing.cast would cost a call per event).
+        typed: Any = event
         if kind == "vacuum":
-            self.vacuum = _earlier(cast(AnyVacuum, event), order, self.vacuum)
+            self.vacuum = _earlier(typed, order, self.vacuum)
         elif kind == "delay":
-            delay = cast(AnyDelay, event)
-            rank = (delay.attempt, *order)
+            rank = (typed.attempt, *order)
             if self.latest_delay is None or rank > self.latest_delay[0]:
-                self.latest_delay = (rank, delay)
+                self.latest_delay = (rank, typed)
         elif kind == "started":
-            _keep_earliest(self.starts, cast(AnyStarted, event))
+            _keep_earliest(self.starts, typed)
         elif kind == "done":
-            _keep_earliest(self.dones, cast(AnyDone, event))
+            _keep_earliest(self.dones, typed)
         elif kind == "rejected":
-            self.rejection = _earlier(cast(AnyRejected, event), order, self.rejection)
+            self.rejection = _earlier(typed, order, self.rejection)
         elif kind == "requested":
-            self.requested = _earlier(cast(AnyRequested, event), order, self.requested)
+            self.requested = _earlier(typed, order, self.requested)
         elif kind == "running":
-            running = cast(AnyRunning, event)
             if self.running is None or order > self.running[0]:  # a restarted service starts it again
-                self.running = (order, running)
+                self.running = (order, typed)
         elif kind == "failed":
-            self.failure = _earlier(cast(AnyFailed, event), order, self.failure)
+            self.failure = _earlier(typed, order, self.failure)
 
     def has_vacuum(self) -> bool:
         """A vacuum committed: its own event, or one carried by a delay, or its cleaner's reports."""
@@ -447,7 +447,7 @@ def fold(
         kind = _KIND.get(type(event))
         if kind is None:
             continue  # DeltaCommitted and others are not part of a vacuum's history
-        audited = cast(AuditEvent, event)
+        audited: Any = event  # an AuditEvent, as its kind says
         correlation = audited.correlation_id
         group = str(correlation) if correlation is not None else f"event:{audited.event_id}"
         history = histories.get(group)
@@ -521,49 +521,49 @@ class FastDecoder:
         }
         self._table = None if table is None else table.encode()
         self._partition = partition
+        self._valid_keys: set[str] = set()
         self.fallbacks = 0
         self.skipped = 0
 
     def records(self, records: Iterable[RawRecord]) -> Iterator[Event | WireEvent]:
         """Events of records already read (tests, and any caller that holds RawRecords)."""
         for record in records:
-            event = self._event(record.topic, record.key, record.value, record.headers, record)
+            event = self._event(record)
             if event is not None:
                 yield event
 
     def messages(self, batches: Iterable[Sequence[MessageLike]]) -> Iterator[Event | WireEvent]:
         """Events of batches of consumed ``confluent_kafka.Message`` objects."""
+        # The loop of _event, inlined: it runs once per record, and a call costs as much as a check.
+        table, decoders_of, valid_keys = self._table, self._decoders, self._valid_keys
         for batch in batches:
             for message in batch:
-                key, value = message.key(), message.value()
-                event = self._event(
-                    message.topic() or "",
-                    key.encode() if isinstance(key, str) else key,
-                    value.encode() if isinstance(value, str) else value,
-                    message.headers(),  # type: ignore[arg-type]
-                    message,
-                )
-                if event is not None:
-                    yield event
+                key = message.key()
+                if table is not None and self._other_table(key):  # type: ignore[arg-type]
+                    self.skipped += 1
+                    continue
+                decoders = decoders_of.get(message.topic() or "")
+                event = None
+                if decoders is not None:
+                    value, headers = message.value(), message.headers()
+                    event = fast_decode(key, value, headers, decoders, valid_keys)  # type: ignore[arg-type]
+                yield event if event is not None else self._validated(raw_record(message))
 
-    def _event(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Sequence[tuple[str, bytes | None]] | None,
-        source: RawRecord | MessageLike,
-    ) -> Event | WireEvent | None:
+    def _event(self, record: RawRecord) -> Event | WireEvent | None:
+        key = record.key
         if self._table is not None and self._other_table(key):
             self.skipped += 1
             return None
-        decoders = self._decoders.get(topic)
+        decoders = self._decoders.get(record.topic)
         if decoders is not None:
-            event = fast_decode(key, value, headers, decoders)
+            event = fast_decode(key, record.value, record.headers, decoders, self._valid_keys)
             if event is not None:
                 return event
+        return self._validated(record)
+
+    def _validated(self, record: RawRecord) -> Event:
+        """The record decoded by the event models, as :func:`decode_records` decodes it."""
         self.fallbacks += 1
-        record = source if isinstance(source, RawRecord) else raw_record(source)
         return decode(
             record,
             rejected_by=READER_ID,

@@ -389,6 +389,7 @@ _KNOWN_HEADERS = frozenset(
     }
 )
 _SPECVERSION = SPECVERSION.encode()
+MAX_VALID_KEYS = 1_000_000  # one per table or partition seen; past it, keys are checked every time
 _CONTENT_TYPE = CONTENT_TYPE.encode()
 
 
@@ -397,11 +398,14 @@ def fast_decode(
     value: bytes | None,
     headers: Sequence[tuple[str, bytes | None]] | None,
     decoders: Mapping[bytes, tuple[str, msgspec.json.Decoder[Any]]],
+    valid_keys: set[str],
 ) -> WireEvent | None:
     """The event of a record, decoded without the models, or None when the models must decide.
 
     ``decoders`` maps the ``ce_type`` values that belong on the record's topic to their model's name
-    and decoder (see :func:`decoders_for`). None is also the answer for every malformed record.
+    and decoder (see :func:`decoders_for`). ``valid_keys`` remembers the keys (tenant, table and
+    partition) already found valid, so each is checked once: give each reader its own set. None is
+    also the answer for every malformed record.
     """
     if not value or not headers:
         return None
@@ -425,11 +429,12 @@ def fast_decode(
         if not _TENANT.fullmatch(expected_key) or (partition is not None and not _PARTITION.fullmatch(partition)):
             return None
     else:
-        if "/" in event.tenant or "/" in table:
-            return None  # the key's regex must see each of them whole
         expected_key = event.tenant + "/" + table if partition is None else f"{event.tenant}/{table}/{partition}"
-        if not _KEY.fullmatch(expected_key):
-            return None
+        if expected_key not in valid_keys:
+            if "/" in event.tenant or "/" in table or not _KEY.fullmatch(expected_key):
+                return None  # (the key's regex must see tenant and table whole: neither may hold a '/')
+            if len(valid_keys) < MAX_VALID_KEYS:
+                valid_keys.add(expected_key)
     ids = event.ids()
     if not _IDS[len(ids)].fullmatch("".join(ids)) or not event.consistent():
         return None
@@ -443,7 +448,7 @@ def fast_decode(
     if not _same_id(found.get(CAUSATION_HEADER), event.causation_id):
         return None
     source = found.get(CE_SOURCE)
-    if not source or not _utf8(source):
+    if not source or not (source.isascii() or _utf8(source)):
         return None
     if not _same_time(found.get(CE_TIME), event.occurred_at):
         return None
