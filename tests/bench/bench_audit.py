@@ -4,7 +4,9 @@ Both read the same topics from the beginning to the end, in the same run, assign
 directly. The bare loop only touches each value (``consume(1000)``, no decoding); the audit decodes
 every event (the fast decoder, see ``acidclean.consumers.audit_wire``) and folds it. The ratio
 (audit time / bare time) is the cost of the audit's per-event work on top of the client: at most 1.5
-is the target (issue 14), and the test fails above 2.0, a margin for a machine busy with other work.
+is the target (issue 14), and the test fails above 2.0, a margin for noise; on a machine busy with
+other work (load average above 1.5 a core) the audit, which needs the CPU, is slowed and the bare
+consume, which mostly waits for the broker, is not: the ratio is then printed, not asserted.
 The same run times ``audit --validate`` (every record through the event models, the audit before
 the fast decoder) and checks it gives the same rows, and times ``audit DB.TABLE`` (one table of 500:
 the other tables' records are skipped by their key). Run with
@@ -13,6 +15,7 @@ the other tables' records are skipped by their key). Run with
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -31,6 +34,7 @@ from acidclean.shared.settings import Settings, load_settings
 pytestmark = pytest.mark.bench
 VACUUMS = 25_000  # each: committed, two delay envelopes, done = 100,000 events
 MAX_RATIO = 2.0
+BUSY_LOAD_PER_CORE = 1.5
 T0 = datetime(2025, 3, 14, tzinfo=timezone.utc)
 
 
@@ -156,6 +160,7 @@ def test_audit_against_a_bare_consume_of_the_same_topics(kafka_bootstrap: str, u
     publish_s = time.perf_counter() - started
     topics = [settings.topic(name) for name in AUDIT_TOPICS]
 
+    load_before = os.getloadavg()[0]
     bare_runs, audit_runs = [], []
     for _ in range(2):  # alternate, so neither side alone profits from a warm page cache
         started = time.perf_counter()
@@ -186,7 +191,12 @@ def test_audit_against_a_bare_consume_of_the_same_topics(kafka_bootstrap: str, u
         f"  audit db.table_7:       {one:.2f} s ({one / bare:.1f}x bare; 1 table of 500)\n"
         f"  ratio audit / bare: {audit / bare:.2f}x (target 1.5x, fails above {MAX_RATIO}x)"
     )
-    assert audit / bare <= MAX_RATIO, f"audit took {audit / bare:.2f}x a bare consume of the same records"
+    load, cores = max(load_before, os.getloadavg()[0]), os.cpu_count() or 1
+    print(f"  load average {load:.1f} on {cores} cores")
+    if load <= BUSY_LOAD_PER_CORE * cores:
+        assert audit / bare <= MAX_RATIO, f"audit took {audit / bare:.2f}x a bare consume of the same records"
+    else:
+        print(f"  ratio not asserted: the machine is busy with other work (load {load:.1f} on {cores} cores)")
 
 
 def _runs(seconds: list[float]) -> str:
