@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import ThreadingHTTPServer
-from typing import Any, cast
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -62,7 +62,7 @@ from acidclean.shared.acid.state import Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidWriteIdList
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
-from acidclean.shared.bus.consumer import OffsetLedger, OffsetStore, commit_stored, make_consumer, store_offsets
+from acidclean.shared.bus.consumer import OffsetLedger, make_consumer
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.reader import reader_config
 from acidclean.shared.bus.records import raw_record
@@ -184,6 +184,7 @@ class InitiatorProcess:
         self._delta_partitions = 0
         self._pending: dict[str, list[tuple[str, int, int]]] = {}
         self._retry_at: dict[str, float] = {}
+        self._committed: dict[tuple[str, int], int] = {}
         self._ledger = OffsetLedger()
         self._tail_positions: dict[tuple[str, int], int] = {}
         self._barrier: dict[tuple[str, int], int] = {}
@@ -326,6 +327,8 @@ class InitiatorProcess:
         revoked = {tp.partition for tp in partitions}
         self._owned -= revoked
         self._ledger.forget((tp.topic, tp.partition) for tp in partitions)
+        for tp in partitions:
+            self._committed.pop((tp.topic, tp.partition), None)
         gone = [key for key, partition in self._key_partition.items() if partition in revoked]
         self.core.forget(gone)
         for key in gone:
@@ -375,11 +378,23 @@ class InitiatorProcess:
         self._first_seen.pop(key, None)
 
     def _commit(self) -> None:
+        """Commit the offsets that moved; a failed commit (a rebalance, say) only means deltas are decided again."""
         if self.consumer is None:
             return
-        committable = self._ledger.committable()
-        if committable and store_offsets(cast(OffsetStore, self.consumer), committable):
-            commit_stored(cast(OffsetStore, self.consumer))
+        offsets = [
+            TopicPartition(topic, partition, offset)
+            for (topic, partition), offset in self._ledger.committable().items()
+            if partition in self._owned and self._committed.get((topic, partition)) != offset
+        ]
+        if not offsets:
+            return
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as error:
+            log.warning("offset commit failed (the deltas since will be decided again): %s", error)
+            return
+        for tp in offsets:
+            self._committed[(tp.topic, tp.partition)] = tp.offset
 
     # deciding --------------------------------------------------------------------------------------
 
