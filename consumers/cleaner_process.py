@@ -121,9 +121,7 @@ class CleanerProcess:
         self._local = threading.local()
         self._clients: list[Any] = []
         self._clients_lock = threading.Lock()
-        self._metastore_factory = metastore_factory or (
-            lambda: HiveMetastore.from_settings(settings)
-        )
+        self._metastore_factory = metastore_factory or (lambda: HiveMetastore.from_settings(settings))
         self._bus_factory = bus_factory or (
             lambda: KafkaEventBus(
                 producer_settings(settings.kafka),
@@ -211,6 +209,8 @@ class CleanerProcess:
     def _consumer(self) -> ConsumerLike:
         config: dict[str, Any] = consumer_config(self.settings.kafka, self.group_id)
         config.setdefault("client.id", f"acidclean-cleaner-{self.cleaner_id}")
+        # librdkafka prefetches up to 64 MB per consumer by default: a backlog of waiting vacuums would fill it.
+        config.setdefault("queued.max.messages.kbytes", "16384")
         # A new vacuum or a resumed delay partition should not wait for a 500 ms fetch long-poll.
         config.setdefault("fetch.wait.max.ms", "100")
         config["on_commit"] = lambda error, partitions: self.loop.on_commit(error, partitions)

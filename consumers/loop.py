@@ -8,8 +8,10 @@ record that arrives.
 Delay records. When a partition's next record is not yet due, only that partition is paused and
 seeked back to that record, so the consumer position never runs past a record that is not done. The
 records already fetched for it are held in memory (they are checked the moment they are due instead
-of after a re-fetch); after the resume the re-fetched copies are skipped by offset. Nothing is
-handed over before its due time.
+of after a re-fetch); after the resume the re-fetched copies are skipped by offset. At most
+``held_per_partition`` are kept: the records after them are left unread (not decoded, not counted as
+seen) and fetched again after the resume, so memory does not grow with the number of waiting
+vacuums. Nothing is handed over before its due time.
 
 Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
 two threads at once, while other tables proceed in parallel. Free lanes are dealt to at most
@@ -116,6 +118,7 @@ class PartitionState:
     seen_until: int | None = None  # every offset below was handed over, held or skipped
     in_flight: set[int] = field(default_factory=set)
     held: deque[Work] = field(default_factory=deque)  # fetched, not yet due, in offset order
+    dropping: bool = False  # held is full: later records are left to be fetched again after the resume
     paused_until_ms: int | None = None
     committed: int | None = None
     # Every record read and not finished, by offset, kept across rewinds (a re-read keeps the first
@@ -147,6 +150,7 @@ class LoopConfig:
     close_timeout_s: float = 15.0  # the final offset commit and group leave, once the broker is gone
     workers: int = 1  # batches running at once (the table thread pool's size)
     batch_tables: int = 200  # lanes (tables) in one batch at most
+    held_per_partition: int = 1000  # records read ahead of their due time and kept, per paused partition
 
 
 @dataclass
@@ -309,6 +313,11 @@ class CleanerLoop:
             return  # fetched before a revoke: its next owner reads it from the committed offset
         if state.seen_until is not None and offset < state.seen_until:
             return  # a re-fetched copy of a record already handed over or held
+        if state.dropping or (state.paused_until_ms is not None and len(state.held) >= self.config.held_per_partition):
+            # Not read at all: fetched again from the held head once the partition resumes, so the memory
+            # held stays bounded however many vacuums wait, and the offset never moves past it.
+            state.dropping = True
+            return
         state.seen_until = offset + 1
         key = message.key()
         if key is not None and not bytes(key if isinstance(key, bytes) else key.encode()).startswith(
@@ -402,6 +411,7 @@ class CleanerLoop:
                 state.paused_until_ms = state.held[0].due_ms
             else:
                 state.paused_until_ms = None
+                state.dropping = False
                 self.consumer.resume([TopicPartition(*partition)])
 
     def _next_due_ms(self) -> int | None:
@@ -675,6 +685,7 @@ class CleanerLoop:
             state.generation = next(self._generations)
         state.in_flight.clear()
         state.held.clear()
+        state.dropping = False
         state.seen_until = offset
         state.paused_until_ms = self._clock.now_ms() + (self.config.retry_backoff_ms or self.config.interval_ms)
         self.consumer.pause([TopicPartition(topic, number)])

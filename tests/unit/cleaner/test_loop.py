@@ -361,3 +361,32 @@ def test_an_unacknowledged_delay_batch_is_retried_and_not_committed(clock: FakeC
     run(loop, 300)  # re-read after one interval: both envelopes published, offsets committed
     assert len(rig.published(TOPICS.cleanup_delay)) == 2
     assert consumer.committed[(V, 0)] == 2
+
+
+def test_a_paused_partition_keeps_at_most_held_per_partition_records_and_reads_the_rest_again(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = CleanerLoop(
+        consumer,
+        handler,  # type: ignore[arg-type]
+        LoopConfig(
+            vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, held_per_partition=3
+        ),
+        executor=InlineExecutor(),
+        metrics=CleanerMetrics(),
+        clock=clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (D, 0)])
+    for index in range(10):
+        consumer.append(D, 0, envelope(clock, 5 + index * 0.1, table=f"sales.t{index}", partition="ds=1"))
+    run(loop, 3)
+    state = loop.states[(D, 0)]
+    assert len(state.held) == 3 and state.seen_until == 3 and state.dropping
+    assert handler.offsets(D, 0) == []
+    assert state.committable() == 0
+    run(loop, 200)
+    handled = [(offset, at, due) for topic, _, offset, at, due in handler.handled if topic == D]
+    assert [offset for offset, _, _ in handled] == list(range(10))  # each once, in order
+    assert all(at >= due for _, at, due in handled)  # never early
+    assert consumer.committed[(D, 0)] == 10 and not state.dropping
