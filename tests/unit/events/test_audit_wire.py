@@ -140,6 +140,18 @@ def _rekeyed(record: RawRecord, body: dict[str, Any]) -> RawRecord:
     return RawRecord(record.topic, record.partition, record.offset, key, json.dumps(body).encode(), tuple(headers), 1)
 
 
+def _same_id_everywhere(record: RawRecord, event_id: str) -> RawRecord:
+    """The record with this event id in its body and in its ce_id header (and as its own correlation)."""
+    body = _body(record)
+    changed = {"event_id": event_id}
+    if body.get("correlation_id") == body["event_id"]:
+        changed["correlation_id"] = event_id
+    record = _with_body(record, _change(body, **changed))
+    if "correlation_id" in changed:
+        record = _header(record, "correlation_id", event_id.encode())
+    return _header(record, "ce_id", event_id.encode())
+
+
 def _other_vacuum(record: RawRecord) -> RawRecord:
     """The record said to belong to another vacuum, in its body and its header alike."""
     other = str(uuid.uuid4())
@@ -188,6 +200,8 @@ DAMAGES = {
     "lower_case_lock_type": lambda r: _with_body(
         r, json.loads(json.dumps(_body(r)).replace('"SHARED_READ"', '"shared_read"'))
     ),
+    "upper_case_ids_everywhere": lambda r: _same_id_everywhere(r, _body(r)["event_id"].upper()),
+    "not_a_uuid_everywhere": lambda r: _same_id_everywhere(r, "z" * 36),
     "upper_case_id": lambda r: _with_body(r, _change(_body(r), event_id=_body(r)["event_id"].upper())),
     "seven_digits": lambda r: _with_body(r, _change(_body(r), occurred_at=_seven_digits(_body(r)["occurred_at"]))),
     "schema_version": lambda r: _with_body(r, _change(_body(r), schema_version=2)),
