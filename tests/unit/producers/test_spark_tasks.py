@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from acidclean.producers.spark_tasks import task_error_message
+import importlib
+import sys
+import zipfile
+import zipimport
+from pathlib import Path
+
+import pytest
+
+from acidclean.producers.spark_tasks import refresh_zip_importers_only_when_changed, task_error_message
 
 SPARK_FAILURE = """An error occurred while calling o12.collect.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times
@@ -31,3 +39,37 @@ def test_a_failed_task_is_reported_by_its_python_error() -> None:
 def test_other_errors_are_reported_by_their_first_line() -> None:
     assert task_error_message(ValueError("bad value\nmore detail")) == "bad value"
     assert task_error_message(RuntimeError()) == "RuntimeError"
+
+
+def _write_zip(path: Path, modules: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, source in modules.items():
+            archive.writestr(f"{name}.py", source)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="Python 3.13 re-reads zip archives lazily by itself")
+def test_zip_importers_reread_their_archive_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker-wide change is undone after the test.
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", zipimport.zipimporter.invalidate_caches)
+    archive = tmp_path / "shipped.zip"
+    _write_zip(archive, {"acidclean_zip_probe_a": "VALUE = 1\n"})
+    monkeypatch.syspath_prepend(str(archive))
+    importlib.invalidate_caches()
+    assert importlib.import_module("acidclean_zip_probe_a").VALUE == 1
+    importer = sys.path_importer_cache[str(archive)]
+    assert isinstance(importer, zipimport.zipimporter)
+
+    refresh_zip_importers_only_when_changed()
+    refresh_zip_importers_only_when_changed()  # idempotent: not wrapped twice
+    files = importer._files  # type: ignore[attr-defined]
+    importlib.invalidate_caches()
+    assert importer._files is files  # type: ignore[attr-defined]  # unchanged archive: not re-read
+
+    _write_zip(archive, {"acidclean_zip_probe_a": "VALUE = 1\n", "acidclean_zip_probe_b": "VALUE = 2\n"})
+    importlib.invalidate_caches()
+    assert importer._files is not files  # type: ignore[attr-defined]
+    assert importlib.import_module("acidclean_zip_probe_b").VALUE == 2
+    for name in ("acidclean_zip_probe_a", "acidclean_zip_probe_b"):
+        sys.modules.pop(name, None)
