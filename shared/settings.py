@@ -147,6 +147,27 @@ class Settings(BaseSettings):
         description="Comma-separated thrift:// URIs of the Hive Metastore; the first that answers is used.",
     )
     metastore_timeout_s: Seconds = Field(10.0, gt=0, description="Per-call metastore timeout.")
+    metastore_sasl_enabled: bool = Field(
+        False,
+        validation_alias=_alias("metastore_sasl_enabled", "hive.metastore.sasl.enabled"),
+        description="Authenticate to the metastore with Kerberos (SASL/GSSAPI), as a metastore with "
+        "hive.metastore.sasl.enabled=true requires; needs the kerberos extra.",
+    )
+    metastore_kerberos_principal: str = Field(
+        "",
+        validation_alias=_alias("metastore_kerberos_principal", "hive.metastore.kerberos.principal"),
+        description="The metastore's service principal, e.g. hive/_HOST@EXAMPLE.COM (_HOST: the host of the "
+        "metastore URI, lower-cased).",
+    )
+    metastore_client_principal: str = Field(
+        "", description="Who acidclean is to the metastore (with a keytab), e.g. acidclean/cleaner@EXAMPLE.COM."
+    )
+    metastore_client_keytab: str = Field(
+        "", description="Keytab holding the key of metastore_client_principal; without it a ticket cache is used."
+    )
+    metastore_client_ticket_cache: str = Field(
+        "", description="Ticket cache to use without a keytab (e.g. FILE:/tmp/krb5cc_1000); default: KRB5CCNAME."
+    )
     kafka: dict[str, str] = Field(
         default_factory=lambda: {"bootstrap.servers": "127.0.0.1:9092"},
         description="confluent-kafka client settings, passed through untouched.",
@@ -199,6 +220,30 @@ class Settings(BaseSettings):
         description="How many times the cleaner tries an event whose handling fails with an error other than an "
         "unacknowledged publish, before it sends the event to the dead-letter topic with the error (its offset "
         "then advances, so one bad event never stops its partition).",
+    )
+
+    vacuum_service_group_id: str = Field(
+        "acidclean-vacuum-service",
+        description="The consumer group of the vacuum services (each joins <group>.<tenant>), on the vacuum "
+        "requests topic.",
+    )
+    vacuum_service_threads: int = Field(
+        1,
+        gt=0,
+        validation_alias=_alias("vacuum_service_threads", "hive.compactor.worker.threads"),
+        description="Vacuums one vacuum service runs at once, in its one SparkSession (tables or partitions in "
+        "parallel; one key's requests always one after the other).",
+    )
+    vacuum_service_master: str | None = Field(
+        None,
+        description="The Spark master of the vacuum service's SparkSession (yarn, k8s://..., spark://...); "
+        "default: spark-submit's, else local[*].",
+    )
+    vacuum_service_shutdown_s: Seconds = Field(
+        60.0,
+        gt=0,
+        description="On SIGTERM, how long the vacuum service lets running vacuums finish before it leaves "
+        "without them (their requests are then run again by the group, safely).",
     )
 
     compactor_delta_num_threshold: int = Field(
