@@ -14,8 +14,8 @@ import click
 
 from acidclean.cli import examples
 from acidclean.cli.context import command_settings
-from acidclean.consumers.logs import configure_json_logging
 from acidclean.producers.initiator.process import InitiatorOptions, InitiatorProcess
+from acidclean.shared.logs import configure_json_logging
 
 
 @click.command(

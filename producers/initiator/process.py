@@ -76,6 +76,7 @@ from acidclean.shared.errors import (
 )
 from acidclean.shared.filesystem import StorageError
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.logs import log as log_fields
 from acidclean.shared.metastore import TableInfo, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.probes import Probes, serve_http
@@ -221,7 +222,16 @@ class InitiatorProcess:
             on_revoke=self._on_revoke,
             on_lost=self._on_revoke,
         )
-        log.info("initiator started", extra={"initiator_id": self.initiator_id, "group": self.group_id})
+        log_fields(
+            log,
+            logging.INFO,
+            "initiator started",
+            initiator_id=self.initiator_id,
+            group=self.group_id,
+            tenant=self.settings.tenant,
+            thresholds=str(self.defaults),
+            sweep_interval_s=self.settings.initiator_sweep_interval_s,
+        )
         try:
             while not self._stop:
                 self.step()
@@ -311,7 +321,7 @@ class InitiatorProcess:
                     continue  # undecodable on a lifecycle topic: nothing to fold
                 freed = self.core.observe_lifecycle(event)
                 if freed is not None:
-                    log.info("vacuum of %s ended; checking it again", freed)
+                    log_fields(log, logging.INFO, "vacuum ended; checking the key again", key=freed)
             if len(messages) < 1000 and (self.caught_up() or self._clock() >= deadline):
                 return
 
@@ -320,7 +330,7 @@ class InitiatorProcess:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._owned.update(tp.partition for tp in partitions)
         self._set_barrier()
-        log.info("initiator assigned %s", sorted(self._owned))
+        log_fields(log, logging.INFO, "partitions assigned", partitions=sorted(self._owned))
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._commit()
@@ -500,7 +510,17 @@ class InitiatorProcess:
         first = self._first_seen.get(key)
         if first is not None:
             self.metrics.latency.observe(max(0.0, (now - first).total_seconds()))
-        log.info("requested %s vacuum of %s: %s", decision.compaction_type, key, decision.reason)
+        log_fields(
+            log,
+            logging.INFO,
+            "vacuum requested",
+            event_id=str(request.event_id),
+            table=table,
+            partition=partition,
+            compaction_type=decision.compaction_type,
+            reason=decision.reason,
+            trigger=trigger,
+        )
 
     # the sweep -------------------------------------------------------------------------------------
 
