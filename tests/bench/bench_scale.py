@@ -111,7 +111,7 @@ class HeaderWatcher(threading.Thread):
             for message in self.consumer.consume(5000, 0.2):
                 if message.error():
                     continue
-                headers = {name: value for name, value in message.headers() or [] if isinstance(value, bytes)}
+                headers = {item[0]: item[1] for item in message.headers() or [] if isinstance(item[1], bytes)}
                 if message.topic() == self.done_topic:
                     if headers.get("ce_type") == b"acidclean.cleanup.done":
                         self.done += 1
