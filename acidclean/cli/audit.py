@@ -1,9 +1,10 @@
-"""``acidclean audit [DB.TABLE] [--partition P] [--since TIME] [--format table|json]``.
+"""``acidclean audit [DB.TABLE] [--partition P] [--since TIME] [--format table|json] [--validate]``.
 
-One row per vacuum, rebuilt from the event topics (see ``acidclean.consumers.audit``): what was
-compacted, whether its obsolete directories were cleaned, are still waiting (and for whose locks),
-are stuck, or were rejected, and what was removed. Like Hive's SHOW COMPACTIONS, without a
-retention limit. ``--format json`` prints a JSON array for scripts.
+One row per vacuum, and per request no vacuum answered yet, rebuilt from the event topics (see
+``acidclean.consumers.audit``): whether it was requested, is running or failed, what was compacted,
+whether its obsolete directories were cleaned, are still waiting (and for whose locks), are stuck,
+or were rejected, and what was removed. Like Hive's SHOW COMPACTIONS, without a retention limit.
+``--format json`` prints a JSON array for scripts.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ def render_json(rows: Sequence[AuditRow]) -> str:
         "acidclean audit sales.orders --partition ds=2026-11-23",
         "acidclean audit sales.orders --since 2h --format json",
         "acidclean audit demo.clicks --plot clicks.png",
+        "acidclean audit --validate",
     )
 )
 @click.argument("table", required=False, metavar="[DB.TABLE]", callback=table_name)
@@ -136,7 +138,7 @@ def render_json(rows: Sequence[AuditRow]) -> str:
     "--plot",
     "plot_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Also draw DB.TABLE's timeline (delta directories, vacuums, waits, cleanups) into this PNG file.",
+    help="Also draw DB.TABLE's timeline (delta directories; requests, runs, vacuums, waits, cleanups) into this PNG file.",
 )
 @click.option(
     "--validate",
@@ -162,8 +164,8 @@ def audit(
 ) -> None:
     """Show each vacuum's history, from the event topics.
 
-    One row per vacuum: its waits (and for whose locks), cleanup, rejection or stuck wait, and what
-    was removed.
+    One row per vacuum (and per request not yet answered by one): requested, running, failed,
+    committed, its waits (and for whose locks), cleanup, rejection or stuck wait, and what was removed.
     """
     if partition is not None and not re.fullmatch(PARTITION_PATTERN, partition):
         raise click.BadParameter(f"{partition!r} is not k=v[/k2=v2...]", param_hint="--partition")
