@@ -138,7 +138,8 @@ def render_json(rows: Sequence[AuditRow]) -> str:
     "--plot",
     "plot_file",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Also draw DB.TABLE's timeline (delta directories; requests, runs, vacuums, waits, cleanups) into this PNG file.",
+    help="Also draw DB.TABLE's timeline (delta directories; requests, runs, vacuums, waits, cleanups) into "
+    "this PNG file.",
 )
 @click.option(
     "--validate",
