@@ -1,22 +1,28 @@
 """The audit log: each vacuum's history, rebuilt from the event topics (SHOW COMPACTIONS for acidclean).
 
-:func:`fold` is pure: it groups events by the vacuum they belong to (``correlation_id``) and
-derives one :class:`AuditRow` per vacuum, whatever order the events arrive in (the topics have no
-order between them) and however often one is delivered (duplicates share an ``event_id``). The
-state of a vacuum is ``cleaned`` once a ``CleanupDone`` exists, else ``rejected`` once it was
-dead-lettered, else ``overdue`` when the fold is given a clock and the vacuum is due well past its due
-time (its latest delay envelope's, or its commit time if it was never checked) with no later check:
-no cleaner is checking it (a stalled partition, or no cleaner running), else ``stuck`` when its
-latest delay envelope says so, else ``waiting`` (also while a ``CleanupStarted`` awaits its
-``CleanupDone``).
+:func:`fold` is pure: it groups events by the flow they belong to (``correlation_id``: a request's
+events by the request id, a vacuum's by the vacuum's id) and derives one :class:`AuditRow` per
+vacuum, whatever order the events arrive in (the topics have no order between them) and however
+often one is delivered (duplicates share an ``event_id``). A vacuum that answered a request
+(``VacuumCommitted.request_id``) shows the request on its row; a request no vacuum answered (yet)
+gets a row of its own: ``failed`` once a ``VacuumFailed`` exists, else ``running`` once a
+``VacuumStarted`` does, else ``requested``. The state of a vacuum is ``cleaned`` once a
+``CleanupDone`` exists, else ``rejected`` once it was dead-lettered, else ``overdue`` when the fold
+is given a clock and the vacuum is due well past its due time (its latest delay envelope's, or its
+commit time if it was never checked) with no later check: no cleaner is checking it (a stalled
+partition, or no cleaner running), else ``stuck`` when its latest delay envelope says so, else
+``waiting`` (also while a ``CleanupStarted`` awaits its ``CleanupDone``), else ``committed`` (no
+cleaner has checked it yet).
 
 A cleaned vacuum's directories removed are those its ``CleanupDone`` events list and those its
 ``CleanupStarted`` events announced: a cleaner that died between deleting and reporting leaves a
 ``CleanupDone`` from its successor that lists nothing, because nothing was left to remove.
 
-:func:`read_audit` reads the vacuum, delay, done and dead-letter topics from the beginning to their
-current end without joining a consumer group, decodes every record (an unreadable one becomes a
-rejection row, as the cleaner would have it) and folds them.
+:func:`read_audit` reads the requests, vacuum, delay, done and dead-letter topics from the
+beginning to their current end without joining a consumer group, in ``consume`` batches, decodes
+every record with the fast decoder of ``acidclean.consumers.audit_wire`` (or, with ``validate``,
+with the event models; an unreadable record becomes a rejection row, as the cleaner would have it,
+either way) and folds them.
 """
 
 from __future__ import annotations
