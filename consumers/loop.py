@@ -150,7 +150,7 @@ class LoopConfig:
     close_timeout_s: float = 15.0  # the final offset commit and group leave, once the broker is gone
     workers: int = 1  # batches running at once (the table thread pool's size)
     batch_tables: int = 200  # lanes (tables) in one batch at most
-    held_per_partition: int = 1000  # records read ahead of their due time and kept, per paused partition
+    held_per_partition: int = 250  # records read ahead of their due time and kept, per paused partition
 
 
 @dataclass
