@@ -120,7 +120,14 @@ def test_topics_are_created_once_with_the_configured_partitions(kafka_bootstrap:
     second = ensure_topics(settings)
     names = {
         settings.topic(field)
-        for field in ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter", "delta_committed")
+        for field in (
+            "vacuum_committed",
+            "cleanup_delay",
+            "cleanup_done",
+            "dead_letter",
+            "delta_committed",
+            "vacuum_requests",
+        )
     }
     assert set(first.created) == names and first.existing == []
     assert second.created == [] and set(second.existing) == names
