@@ -11,7 +11,9 @@ records already fetched for it are held in memory (they are checked the moment t
 of after a re-fetch); after the resume the re-fetched copies are skipped by offset. At most
 ``held_per_partition`` are kept: the records after them are left unread (not decoded, not counted as
 seen) and fetched again after the resume, so memory does not grow with the number of waiting
-vacuums. Nothing is handed over before its due time.
+vacuums. Likewise, once ``max_queued`` records wait in the lanes for a worker (a cleaner that cannot
+keep up), a partition is paused at its next record and resumed when the lanes are half empty.
+Nothing is handed over before its due time.
 
 Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
 two threads at once, while other tables proceed in parallel. Free lanes are dealt to at most
@@ -119,6 +121,7 @@ class PartitionState:
     in_flight: set[int] = field(default_factory=set)
     held: deque[Work] = field(default_factory=deque)  # fetched, not yet due, in offset order
     dropping: bool = False  # held is full: later records are left to be fetched again after the resume
+    backlogged: bool = False  # paused because the lanes hold max_queued records: resumed once they drain
     paused_until_ms: int | None = None
     committed: int | None = None
     # Every record read and not finished, by offset, kept across rewinds (a re-read keeps the first
@@ -151,6 +154,7 @@ class LoopConfig:
     workers: int = 1  # batches running at once (the table thread pool's size)
     batch_tables: int = 200  # lanes (tables) in one batch at most
     held_per_partition: int = 250  # records read ahead of their due time and kept, per paused partition
+    max_queued: int = 5000  # records handed over and not yet taken by a worker, before fetching pauses
 
 
 @dataclass
@@ -202,6 +206,7 @@ class CleanerLoop:
         self._lanes: dict[str, _Lane] = {}
         self._finished: queue.Queue[_Finished | _LaneFree | _BatchFree] = queue.Queue()
         self._running_batches = 0
+        self._queued = 0  # records in lane queues (handed over, not yet taken by a worker)
         self._guard = threading.Lock()  # states' generation/accepting and the executing counts
         self._executing: dict[tuple[Partition, int], int] = {}
         self._generations = itertools.count(1)
@@ -242,6 +247,7 @@ class CleanerLoop:
 
     def step(self) -> None:
         now = self._clock.now_ms()
+        self._resume_backlogged()
         self._release_due(now)
         self._dispatch_lanes()
         timeout = poll_timeout_s(now, self._next_due_ms(), busy=self._busy())
@@ -317,6 +323,14 @@ class CleanerLoop:
             # Not read at all: fetched again from the held head once the partition resumes, so the memory
             # held stays bounded however many vacuums wait, and the offset never moves past it.
             state.dropping = True
+            return
+        if state.paused_until_ms is None and self._queued >= self.config.max_queued:
+            # Overloaded: stop reading this partition at this record until the lanes drain, so the
+            # memory of a cleaner that cannot keep up does not grow with its backlog.
+            topic, number = partition
+            self.consumer.pause([TopicPartition(topic, number)])
+            self.consumer.seek(TopicPartition(topic, number, offset))
+            state.backlogged = state.dropping = True
             return
         state.seen_until = offset + 1
         key = message.key()
@@ -400,6 +414,15 @@ class CleanerLoop:
         state.in_flight.add(work.offset)
         self._note_pending(work)
         self._lanes.setdefault(work.lane, _Lane()).queue.append(work)
+        self._queued += 1
+
+    def _resume_backlogged(self) -> None:
+        if self._queued > self.config.max_queued // 2:
+            return
+        for partition, state in self._states.items():
+            if state.backlogged and state.accepting:
+                state.backlogged = state.dropping = False
+                self.consumer.resume([TopicPartition(*partition)])
 
     def _release_due(self, now: int) -> None:
         for partition, state in self._states.items():
@@ -446,6 +469,7 @@ class CleanerLoop:
             for name in names:
                 lane = self._lanes[name]
                 batch.append((name, lane.queue))
+                self._queued -= len(lane.queue)
                 lane.queue, lane.busy = [], True
             self._running_batches += 1
             self._executor.submit(self._run_batch, batch)
@@ -685,7 +709,7 @@ class CleanerLoop:
             state.generation = next(self._generations)
         state.in_flight.clear()
         state.held.clear()
-        state.dropping = False
+        state.dropping = state.backlogged = False
         state.seen_until = offset
         state.paused_until_ms = self._clock.now_ms() + (self.config.retry_backoff_ms or self.config.interval_ms)
         self.consumer.pause([TopicPartition(topic, number)])
@@ -773,6 +797,7 @@ class CleanerLoop:
     def _purge_lanes(self, partitions: set[Partition]) -> None:
         for lane in self._lanes.values():
             lane.queue = [work for work in lane.queue if work.partition not in partitions]
+        self._queued = sum(len(lane.queue) for lane in self._lanes.values())
 
     def _forget(self, partitions: Sequence[Partition]) -> None:
         with self._guard:

@@ -390,3 +390,37 @@ def test_a_paused_partition_keeps_at_most_held_per_partition_records_and_reads_t
     assert [offset for offset, _, _ in handled] == list(range(10))  # each once, in order
     assert all(at >= due for _, at, due in handled)  # never early
     assert consumer.committed[(D, 0)] == 10 and not state.dropping
+
+
+def test_a_cleaner_that_cannot_keep_up_stops_reading_until_its_lanes_drain_and_loses_nothing(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    class CountingExecutor(InlineExecutor):
+        """Runs batches inline and records how many records the lanes held when each was taken."""
+
+        def __init__(self) -> None:
+            self.queued: list[int] = []
+
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            self.queued.append(loop._queued)
+            return super().submit(fn, *args, **kwargs)
+
+    executor = CountingExecutor()
+    loop = CleanerLoop(
+        consumer,
+        handler,  # type: ignore[arg-type]
+        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, max_queued=4),
+        executor=executor,
+        metrics=CleanerMetrics(),
+        clock=clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (D, 0)])
+    events = [vacuum(table=f"sales.t{index}", partition=None, location=f"/warehouse/t{index}") for index in range(20)]
+    for event in events:
+        consumer.append(V, 0, event)
+    run(loop, 40)
+    assert handler.offsets(V, 0) == list(range(20))  # each once, in order
+    assert max(executor.queued) <= 4  # never more than max_queued waiting in the lanes
+    assert (V, 0) in consumer.pause_calls and consumer.seeks and consumer.committed[(V, 0)] == 20
+    assert not loop.states[(V, 0)].backlogged and (V, 0) not in consumer.paused
