@@ -275,6 +275,22 @@ def test_sigkill_at_any_point_loses_no_request_and_never_duplicates_one(
     assert sorted(tables) == sorted(wanted), f"{len(tables)} requests for {len(wanted)} tables"
 
 
+def test_killed_right_after_its_request_the_restarted_initiator_does_not_request_again(
+    metastore: HiveMetastore, settings: Settings, start_initiator: Start, unique_name: str
+) -> None:
+    new_table(metastore, unique_name)
+    process = start_initiator("--sweep-interval", "0")
+    commit(metastore, settings, unique_name, 11)
+    (request,) = wait_for(lambda: requests(settings), what="a VacuumRequested")
+    os.kill(process.pid, signal.SIGKILL)  # its deltas' offsets may not be committed: they are read again
+    process.wait(timeout=15)
+    start_initiator("--sweep-interval", "0")
+    commit(metastore, settings, unique_name, 2)
+    wait_for(lambda: group_read_everything(settings), what="the restarted initiator to decide every delta")
+    time.sleep(2)
+    assert requests(settings) == [request]
+
+
 def test_two_initiators_of_one_group_request_each_key_once(
     metastore: HiveMetastore, settings: Settings, start_initiator: Start, unique_name: str
 ) -> None:
