@@ -58,7 +58,10 @@ class InFlight:
             else:
                 self._entry(event.key).vacuums[event.event_id] = event.request_id
         elif isinstance(event, CleanupDone | CleanupRejected) and event.correlation_id is not None:
-            self._end_vacuum(event.correlation_id)
+            if isinstance(event, CleanupRejected) and event.correlation_id in self.open_requests(event.key):
+                self._end_request(event.key, event.correlation_id)  # the request itself was dead-lettered
+            else:
+                self._end_vacuum(event.correlation_id)
 
     def in_flight(self, key: str) -> bool:
         """Whether a request or an uncleaned vacuum holds ``key``."""

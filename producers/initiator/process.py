@@ -194,6 +194,12 @@ class InitiatorProcess:
         self._next_sweep_table = clock()
         self._next_lag = clock()
         self.probes = Probes(stale_after_s=60.0, loop_name="initiator")
+        self._joined = False
+        self.probes.add_check(
+            lambda: (
+                None if self._joined else f"not in consumer group {self.group_id} yet: no partition assignment received"
+            )
+        )
         self._http: ThreadingHTTPServer | None = None
         self._topic = {name: settings.topic(name) for name in INITIATOR_TOPICS}
         self.consumer: Consumer | None = None
@@ -328,6 +334,7 @@ class InitiatorProcess:
     # the delta topic -------------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._joined = True
         self._owned.update(tp.partition for tp in partitions)
         self._set_barrier()
         log_fields(log, logging.INFO, "partitions assigned", partitions=sorted(self._owned))

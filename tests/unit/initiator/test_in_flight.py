@@ -234,3 +234,11 @@ def test_a_replayed_delta_counts_once_and_a_freed_key_is_listed_again() -> None:
     assert core.needs_listing(key) and core.may_request(key, owned=True, caught_up=True)
     assert not core.may_request(key, owned=False, caught_up=True)
     assert not core.may_request(key, owned=True, caught_up=False)
+
+
+def test_a_dead_lettered_request_ends() -> None:
+    request = requested()
+    fold = InFlight()
+    fold.apply(request)
+    fold.apply(rejected(None, table=request.table, partition=request.partition, correlation_id=request.event_id))
+    assert not fold.in_flight(request.key)
