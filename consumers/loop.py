@@ -11,8 +11,9 @@ records already fetched for it are held in memory (they are checked the moment t
 of after a re-fetch); after the resume the re-fetched copies are skipped by offset. At most
 ``held_per_partition`` are kept: the records after them are left unread (not decoded, not counted as
 seen) and fetched again after the resume, so memory does not grow with the number of waiting
-vacuums. Likewise, once ``max_queued`` records wait in the lanes for a worker (a cleaner that cannot
-keep up), a partition is paused at its next record and resumed when the lanes are half empty.
+vacuums. Likewise, once ``max_queued`` records are handed over and not finished (a cleaner that cannot
+keep up, counting those queued in the lanes and those running), a partition is paused at its next
+record and resumed when half of them are finished.
 Nothing is handed over before its due time.
 
 Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
@@ -154,7 +155,7 @@ class LoopConfig:
     workers: int = 1  # batches running at once (the table thread pool's size)
     batch_tables: int = 200  # lanes (tables) in one batch at most
     held_per_partition: int = 250  # records read ahead of their due time and kept, per paused partition
-    max_queued: int = 5000  # records handed over and not yet taken by a worker, before fetching pauses
+    max_queued: int = 2000  # records handed over and not finished (queued or running), before fetching pauses
 
 
 @dataclass
@@ -206,7 +207,6 @@ class CleanerLoop:
         self._lanes: dict[str, _Lane] = {}
         self._finished: queue.Queue[_Finished | _LaneFree | _BatchFree] = queue.Queue()
         self._running_batches = 0
-        self._queued = 0  # records in lane queues (handed over, not yet taken by a worker)
         self._guard = threading.Lock()  # states' generation/accepting and the executing counts
         self._executing: dict[tuple[Partition, int], int] = {}
         self._generations = itertools.count(1)
@@ -324,7 +324,7 @@ class CleanerLoop:
             # held stays bounded however many vacuums wait, and the offset never moves past it.
             state.dropping = True
             return
-        if state.paused_until_ms is None and self._queued >= self.config.max_queued:
+        if state.paused_until_ms is None and self._outstanding() >= self.config.max_queued:
             # Overloaded: stop reading this partition at this record until the lanes drain, so the
             # memory of a cleaner that cannot keep up does not grow with its backlog.
             topic, number = partition
@@ -414,10 +414,13 @@ class CleanerLoop:
         state.in_flight.add(work.offset)
         self._note_pending(work)
         self._lanes.setdefault(work.lane, _Lane()).queue.append(work)
-        self._queued += 1
+
+    def _outstanding(self) -> int:
+        """Records handed over and not finished: queued in the lanes or running in a batch."""
+        return sum(len(state.in_flight) for state in self._states.values())
 
     def _resume_backlogged(self) -> None:
-        if self._queued > self.config.max_queued // 2:
+        if self._outstanding() > self.config.max_queued // 2:
             return
         for partition, state in self._states.items():
             if state.backlogged and state.accepting:
@@ -469,7 +472,6 @@ class CleanerLoop:
             for name in names:
                 lane = self._lanes[name]
                 batch.append((name, lane.queue))
-                self._queued -= len(lane.queue)
                 lane.queue, lane.busy = [], True
             self._running_batches += 1
             self._executor.submit(self._run_batch, batch)
@@ -797,7 +799,6 @@ class CleanerLoop:
     def _purge_lanes(self, partitions: set[Partition]) -> None:
         for lane in self._lanes.values():
             lane.queue = [work for work in lane.queue if work.partition not in partitions]
-        self._queued = sum(len(lane.queue) for lane in self._lanes.values())
 
     def _forget(self, partitions: Sequence[Partition]) -> None:
         with self._guard:
