@@ -168,6 +168,7 @@ class RequestHandler:
         outbox: ServiceOutbox,
         stopping: threading.Event,
         retry_s: float = 2.0,
+        publish_tries: int | None = None,
         lookup: AnswerLookup | None = None,
         on_vacuum: Callable[[VacuumResult, float], None] = lambda result, seconds: None,
     ) -> None:
@@ -179,6 +180,7 @@ class RequestHandler:
         self.outbox = outbox
         self._stopping = stopping
         self._retry_s = retry_s
+        self._publish_tries = publish_tries  # None: retry until the service stops (a one-shot run gives up)
         self._lookup = lookup or (lambda request: answer_on_topics(settings, request))
         self._on_vacuum = on_vacuum
         self._topic = settings.topic("vacuum_requests")
@@ -257,6 +259,10 @@ class RequestHandler:
         if result.status == "committed":
             assert result.publish is not None
             vacuum_id = result.publish.event.event_id
+            if not result.publish.published:
+                why = result.publish.error
+                self._log(logging.WARNING, f"VacuumCommitted not acknowledged, kept in the outbox: {why}", request,
+                          vacuum_id=str(vacuum_id))
             if result.publish.published or self._publish_outbox(request) == "published":
                 self._log(logging.INFO, "vacuum committed", request, vacuum_id=str(vacuum_id))
                 return Handled("committed", vacuum_id=vacuum_id)
@@ -286,7 +292,9 @@ class RequestHandler:
     def _publish_outbox(self, request: VacuumRequested) -> str | None:
         """Publish what the outbox holds for ``request``: ``published``, ``dropped`` (a draft of a vacuum
         that never committed), or None when the service stops first (it stays in the outbox)."""
+        tries = 0
         while True:
+            tries += 1
             mine = {entry.event_id for entry in self.outbox.of_request(request.event_id)}
             if not mine:
                 return "published"
@@ -298,7 +306,7 @@ class RequestHandler:
                 self._log(logging.WARNING, f"outbox flush failed, retrying: {error}", request)
             if not self.outbox.of_request(request.event_id):
                 return "published"
-            if not self._pause():
+            if not self._pause_publishing(tries):
                 return None
 
     def _fail(self, request: VacuumRequested, code: VacuumFailureCode, message: str) -> Handled:
@@ -331,8 +339,13 @@ class RequestHandler:
                 tries += 1
                 log(LOGGER, logging.WARNING, f"could not publish {type(event).__name__}, retrying: {error}",
                     event_id=str(event.event_id))
-                if not self._pause(tries):
+                if not self._pause_publishing(tries):
                     return False
+
+    def _pause_publishing(self, tries: int) -> bool:
+        if self._publish_tries is not None and tries >= self._publish_tries:
+            return False
+        return self._pause(tries)
 
     def _pause(self, tries: int = 1) -> bool:
         """Wait before retrying; False when the service is stopping meanwhile."""

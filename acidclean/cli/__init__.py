@@ -178,6 +178,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.producers", "read"),
     ("acidclean.cli.producers", "outbox"),
     ("acidclean.cli.vacuum_service", "vacuum_service"),
+    ("acidclean.cli.vacuum_service", "vacuum_request"),
 )
 
 

@@ -84,3 +84,83 @@ def vacuum_service(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
+
+
+@click.command(
+    "vacuum-request",
+    epilog=examples(
+        "acidclean vacuum-request @request.json",
+        "deploy/production/vacuum-request-spark-submit.sh request.json",
+    )
+    + "\n\nExit 0 answered (committed, or answered before), 1 failed (VacuumFailed published), 3 committed "
+    "but not published (the event waits in the outbox), 4 a service did not answer.",
+)
+@click.argument("request_json", metavar="JSON|@FILE|-")
+@click.option("--master", help="Spark master (default: spark-submit's, else local[*]).")
+@click.option("--service-id", help="Its id in VacuumStarted (default: spark-submit-host-pid).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Config file (.properties or .json), read before ACIDCLEAN_* variables and these flags.",
+)
+def vacuum_request(request_json: str, master: str | None, service_id: str | None, config_file: Path | None) -> None:
+    """Answer one VacuumRequested, as the vacuum service would, then exit.
+
+    For clusters that run each Spark job on its own: a scheduler turns each request into one
+    spark-submit of this command (deploy/production/vacuum-request-spark-submit.sh). It publishes
+    VacuumStarted, then VacuumCommitted with the request's id or VacuumFailed; a request already
+    answered is not run again.
+    """
+    require_extra("vacuum", "acidclean vacuum-request")
+    configure_json_logging("WARNING")
+    import socket
+    import threading
+
+    from pydantic import ValidationError
+
+    from acidclean.producers.vacuum import outbox_for, spark_session
+    from acidclean.producers.vacuum_requests import RequestHandler, ServiceOutbox
+    from acidclean.producers.vacuum_service import SERVICE_TOPICS
+    from acidclean.schemas.events import VacuumRequested
+    from acidclean.shared.bus.producer import KafkaEventBus
+    from acidclean.shared.bus.topics import ensure_topics
+    from acidclean.shared.hive_metastore import HiveMetastore
+
+    text = sys.stdin.read() if request_json == "-" else request_json
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text(encoding="utf-8")
+    try:
+        request = VacuumRequested.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(value)"
+        raise click.BadParameter(f"not a VacuumRequested: {where}: {first['msg']}") from None
+    settings = command_settings(config_file)
+    ensure_topics(settings, SERVICE_TOPICS)
+    service = service_id or f"spark-submit-{socket.gethostname()}-{os.getpid()}"
+    with (
+        HiveMetastore.from_settings(settings) as metastore,
+        KafkaEventBus(settings.kafka, source=f"/acidclean/vacuum-request/{service}") as bus,
+    ):
+        handler = RequestHandler(
+            settings,
+            service,
+            metastore=lambda: metastore,
+            bus=lambda: bus,
+            spark=lambda: spark_session(master or settings.vacuum_service_master, f"acidclean-vacuum {request.table}"),
+            outbox=ServiceOutbox(outbox_for(settings).directory),
+            stopping=threading.Event(),
+            publish_tries=5,
+        )
+        handled = handler.handle(request)
+    where = request.table + (f" partition {request.partition}" if request.partition else "")
+    if handled.outcome == "failed":
+        click.echo(f"request {request.event_id} ({where}): VacuumFailed {handled.reason_code}: {handled.message}")
+        sys.exit(1)
+    if handled.outcome == "abandoned":
+        click.echo(f"request {request.event_id} ({where}): not answered, Kafka did not acknowledge (see the log "
+                   "lines above); a committed vacuum's event waits in the outbox: run this command again")
+        sys.exit(3)
+    detail = f"VacuumCommitted {handled.vacuum_id}" if handled.vacuum_id else handled.message
+    click.echo(f"request {request.event_id} ({where}): {handled.outcome}: {detail}")

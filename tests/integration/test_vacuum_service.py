@@ -8,7 +8,10 @@ one vacuum; and a service killed mid-vacuum loses no request: the next one finis
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ from vacuum_service_support import (
     publish_requests,
     request_for,
     running_service,
+    settings_environment,
     start_command,
     subprocesses,
     topic_events,
@@ -167,3 +171,28 @@ def test_a_service_killed_mid_vacuum_loses_no_request_and_the_next_one_vacuums_o
     compacted = [d for d in directories(metastore, unique_name) if d not in singles and not d.startswith("_")]
     assert compacted == vacuum.new_directories  # one vacuum's output, not two
     assert '"message":"vacuum service started"' in second.log()
+
+
+def test_the_spark_submit_template_answers_one_request_once(
+    metastore: HiveMetastore, table_settings: Settings, unique_name: str, table_location: Path, tmp_path: Path
+) -> None:
+    write(metastore, unique_name, rows=20, commits=3)
+    request = request_for(table_settings, f"{DB}.{unique_name}", f"file:{table_location}")
+    request_file = tmp_path / "request.json"
+    request_file.write_text(request.model_dump_json())
+    script = Path(__file__).resolve().parents[2] / "deploy" / "production" / "vacuum-request-spark-submit.sh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACIDCLEAN_")}
+    env.update(settings_environment(table_settings))
+    env.update(SPARK_MASTER="local[1]", PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
+               PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
+    runs = [subprocess.run([str(script), str(request_file)], env=env, cwd=tmp_path, capture_output=True, text=True,
+                           timeout=300, check=False) for _ in range(2)]  # submitted twice: vacuumed once
+    logs = "\n".join(run.stdout + "".join(line for line in run.stderr.splitlines(True) if '"level"' in line)
+                     for run in runs)
+    assert [run.returncode for run in runs] == [0, 0], logs
+    assert "committed: VacuumCommitted" in runs[0].stdout, runs[0].stdout
+    assert "answered: already committed" in runs[1].stdout, runs[1].stdout
+    [vacuum] = committed_for(table_settings, request.event_id)
+    [started] = of_type(answers(table_settings, request.event_id), VacuumStarted)
+    assert started.vacuum_service_id.startswith("spark-submit-")
+    assert vacuum.new_directories[0] in directories(metastore, unique_name)
