@@ -2,7 +2,8 @@
 # The vacuum image: `acidclean vacuum` on Spark (the pyspark wheel is Spark 4.0 with its jars, Hadoop's
 # shaded client 3.4.1 included, which is what HDFS needs), a Java 17 runtime, and for s3a:// the
 # hadoop-aws jar of the same Hadoop version with the AWS SDK v2 bundle it was built against. Use it as
-# the driver image of spark-submit (or with the Spark operator), executors from the same image.
+# the driver image of spark-submit (or with the Spark operator), executors from the same image. The
+# kerberos extra (gssapi) and MIT Kerberos' libraries are in, for a metastore that requires Kerberos.
 #   docker build -f deploy/docker/vacuum.Dockerfile -t acidclean-vacuum:0.1.0 .
 ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm
 
@@ -27,6 +28,10 @@ RUN curl -fsSLo hadoop-aws-${HADOOP_VERSION}.jar \
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# gssapi has no Linux wheels on PyPI: it builds from the sdist against libkrb5-dev, with a C compiler.
+RUN apt-get update \
+ && apt-get install --yes --no-install-recommends gcc=4:12.2.* libc6-dev=2.36-* libkrb5-dev=1.20.* \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY acidclean/ acidclean/
@@ -36,11 +41,12 @@ COPY producers/ producers/
 COPY schemas/ schemas/
 COPY shared/ shared/
 RUN python -m venv /opt/acidclean \
- && /opt/acidclean/bin/pip install --no-compile '.[vacuum]'
+ && /opt/acidclean/bin/pip install --no-compile '.[vacuum,kerberos]'
 
 FROM ${PYTHON_IMAGE}
 RUN apt-get update \
  && apt-get install --yes --no-install-recommends openjdk-17-jre-headless=17.* procps=2:4.* \
+      libgssapi-krb5-2=1.20.* libkrb5-3=1.20.* \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 acidclean \
  && useradd --system --uid 10001 --gid acidclean --home-dir /nonexistent --no-create-home \
@@ -56,6 +62,7 @@ ENV JAVA_HOME=/opt/java \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     ACIDCLEAN_STATE_DIR=/tmp/acidclean
+RUN ["python", "-c", "import gssapi"]
 USER 10001:10001
 WORKDIR /tmp
 ENTRYPOINT ["acidclean"]

@@ -7,7 +7,9 @@ Core resources are validated strictly against Kubernetes' schemas by ``kubernete
 TriggerAuthentication, Prometheus operator ServiceMonitor and PrometheusRule, Strimzi KafkaTopic and
 KafkaUser): those are checked here against what acidclean itself computes instead: the rendered
 properties file is loaded by acidclean's settings loader, and the group, topic names and metrics the
-CRDs name must be the ones the cleaner uses.
+CRDs name must be the ones the cleaner uses. With ``kerberos.enabled`` the rendered Kerberos settings are
+loaded the same way and handed to the metastore transport, and the keytab and krb5.conf they name must
+be where the Deployment mounts them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import yaml
 
 from acidclean.consumers.cleaner_process import CLEANER_TOPICS, cleaner_group_id
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.shared.settings import TopicNames, load_settings
+from acidclean.shared.metastore_transport import kerberos_from_settings
+from acidclean.shared.settings import ENV_PREFIX, TopicNames, load_settings
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate (the dev extra)")
 
@@ -49,9 +52,24 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120)
 
 
-def render(*sets: str) -> list[dict[str, Any]]:
+def helm_with_values(values: dict[str, Any] | None, *args: str) -> subprocess.CompletedProcess[str]:
+    """helm with ``values`` (if any) as a values file on its standard input (``-f -``)."""
+    assert HELM is not None
+    stdin = ["-f", "-"] if values is not None else []
+    return subprocess.run(
+        [HELM, *args, *stdin],
+        input=yaml.safe_dump(values) if values is not None else None,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def render(*sets: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     flags = [flag for value in sets for flag in ("--set", value)]
-    result = helm("template", "acidclean-analytics", str(CHART), "--kube-version", KUBERNETES, *flags)
+    result = helm_with_values(
+        values, "template", "acidclean-analytics", str(CHART), "--kube-version", KUBERNETES, *flags
+    )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
@@ -74,14 +92,50 @@ VARIANTS = {
 }
 
 
-def test_the_chart_lints() -> None:
-    result = helm("lint", str(CHART), "--kube-version", KUBERNETES, "--strict")
+KRB5_CONF = """\
+[libdefaults]
+  default_realm = EXAMPLE.COM
+[realms]
+  EXAMPLE.COM = {
+    kdc = kdc.example.com:88
+  }
+"""
+KERBEROS: dict[str, Any] = {
+    "kerberos": {
+        "enabled": True,
+        "metastorePrincipal": "hive/_HOST@EXAMPLE.COM",
+        "clientPrincipal": "acidclean/analytics@EXAMPLE.COM",
+        "keytab": {"existingSecret": "acidclean-analytics-keytab"},
+        "krb5Conf": {"inline": KRB5_CONF},
+    }
+}
+KERBEROS_EXISTING_KRB5: dict[str, Any] = {
+    "kerberos": {
+        **KERBEROS["kerberos"],
+        "keytab": {"existingSecret": "metastore-keytabs", "key": "cleaner.keytab"},
+        "krb5Conf": {"existingConfigMap": "realm-example", "key": "krb5.conf.example"},
+    }
+}
+KERBEROS_VARIANTS = {"Kerberos, inline krb5.conf": KERBEROS, "Kerberos, existing ConfigMap": KERBEROS_EXISTING_KRB5}
+
+
+@pytest.mark.parametrize("values", [None, KERBEROS], ids=["defaults", "Kerberos"])
+def test_the_chart_lints(values: dict[str, Any] | None) -> None:
+    result = helm_with_values(values, "lint", str(CHART), "--kube-version", KUBERNETES, "--strict")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("sets", VARIANTS.values(), ids=VARIANTS.keys())
 def test_every_rendered_core_manifest_validates_strictly(sets: tuple[str, ...]) -> None:
-    docs = render(*sets)
+    validate_core(render(*sets))
+
+
+@pytest.mark.parametrize("values", KERBEROS_VARIANTS.values(), ids=KERBEROS_VARIANTS.keys())
+def test_every_rendered_core_manifest_validates_strictly_with_kerberos(values: dict[str, Any]) -> None:
+    validate_core(render(values=values))
+
+
+def validate_core(docs: list[dict[str, Any]]) -> None:
     checked = []
     for doc in docs:
         if doc["apiVersion"].startswith(CRD_GROUPS):
@@ -180,3 +234,107 @@ def test_the_service_monitor_scrapes_the_metrics_service_port() -> None:
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] in {port["name"] for port in service["spec"]["ports"]}
     assert service["spec"]["publishNotReadyAddresses"] is True  # an unready cleaner's metrics matter most
+
+
+def config_map_properties(docs: list[dict[str, Any]], directory: Path) -> Path:
+    """The cleaner's acidclean.properties as rendered, written to ``directory``."""
+    (deployment,) = of_kind(docs, "Deployment")
+    name = deployment["metadata"]["name"]
+    (config_map,) = [doc for doc in of_kind(docs, "ConfigMap") if doc["metadata"]["name"] == name]
+    properties = directory / "acidclean.properties"
+    properties.write_text(config_map["data"]["acidclean.properties"])
+    return properties
+
+
+def mounted_file(pod: dict[str, Any], container: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
+    """The volume and the key in it that the container sees at ``path``, and that its mount is read-only."""
+    directory, _, file_name = path.rpartition("/")
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == directory]
+    assert mount.get("readOnly") is True, mount
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    source = volume.get("secret") or volume["configMap"]
+    (item,) = [i for i in source["items"] if i["path"] == file_name]
+    return volume, item["key"]
+
+
+@pytest.mark.parametrize("values", KERBEROS_VARIANTS.values(), ids=KERBEROS_VARIANTS.keys())
+def test_kerberos_mounts_the_keytab_and_krb5_conf_the_settings_name(values: dict[str, Any], tmp_path: Path) -> None:
+    kerberos = values["kerberos"]
+    docs = render(values=values)
+    (deployment,) = of_kind(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+
+    # Every ACIDCLEAN_* variable and every properties key is one acidclean's loader accepts (it refuses
+    # unknown ones), and together they are the Kerberos settings the values asked for.
+    environ = {name: "x" for name in env if name.startswith(ENV_PREFIX)}
+    settings = load_settings(config_file=config_map_properties(docs, tmp_path), environ=environ)
+    assert settings.metastore_sasl_enabled is True
+    assert settings.metastore_kerberos_principal == kerberos["metastorePrincipal"]
+    assert settings.metastore_client_principal == kerberos["clientPrincipal"]
+    assert settings.metastore_client_ticket_cache == ""
+
+    # The keytab: the Secret's key, read-only, where metastore_client_keytab points, group-readable only.
+    volume, key = mounted_file(pod, container, settings.metastore_client_keytab)
+    assert volume["secret"]["secretName"] == kerberos["keytab"]["existingSecret"]
+    assert key == kerberos["keytab"].get("key", "acidclean.keytab")
+    assert volume["secret"]["defaultMode"] == 0o440
+
+    # krb5.conf: where KRB5_CONFIG points, from the ConfigMap given or the one the chart made of it.
+    volume, key = mounted_file(pod, container, env["KRB5_CONFIG"]["value"])
+    if "existingConfigMap" in kerberos["krb5Conf"]:
+        assert volume["configMap"]["name"] == kerberos["krb5Conf"]["existingConfigMap"]
+        assert key == kerberos["krb5Conf"]["key"]
+        assert len(of_kind(docs, "ConfigMap")) == 1
+    else:
+        (krb5,) = [doc for doc in of_kind(docs, "ConfigMap") if doc["metadata"]["name"] == volume["configMap"]["name"]]
+        assert krb5["data"][key] == KRB5_CONF
+        assert "checksum/krb5" in deployment["spec"]["template"]["metadata"]["annotations"]
+
+    # And the metastore transport takes them: the keytab (a stand-in file here) with its principal.
+    keytab = tmp_path / "acidclean.keytab"
+    keytab.write_bytes(b"\x05\x02")
+    transport = kerberos_from_settings(settings.model_copy(update={"metastore_client_keytab": str(keytab)}))
+    assert transport is not None
+    assert transport.service_principal == kerberos["metastorePrincipal"]
+    assert transport.client_principal == kerberos["clientPrincipal"] and transport.keytab == str(keytab)
+
+
+def test_kerberos_is_off_by_default_and_renders_nothing_then(tmp_path: Path) -> None:
+    docs = render()
+    assert docs == render("kerberos.enabled=false")
+    assert load_settings(config_file=config_map_properties(docs, tmp_path), environ={}).metastore_sasl_enabled is False
+    (deployment,) = of_kind(docs, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "KRB5_CONFIG" not in {e["name"] for e in container["env"]}
+    assert {v["name"] for v in pod["volumes"]} == {"config", "tmp"}
+    assert len(of_kind(docs, "ConfigMap")) == 1
+
+
+REFUSED = {
+    "no service principal": ({"metastorePrincipal": ""}, "kerberos.metastorePrincipal"),
+    "no client principal": ({"clientPrincipal": ""}, "kerberos.clientPrincipal"),
+    "no keytab Secret": ({"keytab": {"existingSecret": ""}}, "kerberos.keytab.existingSecret"),
+    "no krb5.conf": ({"krb5Conf": {"inline": ""}}, "kerberos.krb5Conf: the realm's krb5.conf is needed"),
+    "two krb5.conf": (
+        {"krb5Conf": {"inline": KRB5_CONF, "existingConfigMap": "x"}},
+        "set existingConfigMap or inline, not both",
+    ),
+}
+
+
+@pytest.mark.parametrize(("change", "message"), REFUSED.values(), ids=REFUSED.keys())
+def test_kerberos_values_that_could_not_authenticate_are_refused(change: dict[str, Any], message: str) -> None:
+    values = {"kerberos": {**KERBEROS["kerberos"], **change}}
+    result = helm_with_values(values, "template", "t", str(CHART), "--kube-version", KUBERNETES)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_kerberos_settings_in_config_are_refused_for_kerberos_values() -> None:
+    keytab_in_config = "config.metastore_client_keytab=/k"
+    result = helm("template", "t", str(CHART), "--kube-version", KUBERNETES, "--set", keytab_in_config)
+    assert result.returncode != 0
+    assert "config.metastore_client_keytab: set Kerberos to the metastore with kerberos.*" in result.stderr

