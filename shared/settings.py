@@ -57,6 +57,8 @@ NON_SETTING_VARIABLES: Mapping[str, str] = {
 NON_SETTING_PREFIXES: Mapping[str, str] = {
     "ACIDCLEAN_S3_": "the S3 client (shared/s3_filesystem.py)",
     "ACIDCLEAN_HDFS_": "the HDFS client (shared/hdfs_filesystem.py)",
+    "ACIDCLEAN_BENCH_": "sizes of the benchmarks (tests/bench/)",
+    "ACIDCLEAN_SCALE_": "sizes of the scale benchmark (tests/bench/bench_scale.py)",
 }
 
 # The cleaner's flags for the settings they override, so that an error names the flag that was typed.
