@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import logging
 import os
 import re
 import socket
@@ -39,6 +40,11 @@ from thrift.transport import TSocket, TTransport
 
 from acidclean.shared.errors import ConfigurationError, MetastoreAuthenticationError, MetastoreError
 from acidclean.shared.settings import Settings
+
+# Thrift logs "Could not connect to any of [...]" itself before raising; with no handler configured
+# Python prints it on stderr above acidclean's own one line. A handler here keeps that record for
+# applications that configure logging, and off the terminal of those that do not.
+logging.getLogger("thrift.transport.TSocket").addHandler(logging.NullHandler())
 
 # Thrift's SASL negotiation status bytes (TSaslTransport.NegotiationStatus).
 START, OK, BAD, ERROR, COMPLETE = 1, 2, 3, 4, 5

@@ -132,3 +132,19 @@ class NoLocks:
 
     def valid_txn_list(self) -> str:
         return f"10:{2**63 - 1}::"
+
+
+def test_an_unreachable_metastore_is_one_line_on_stderr_of_the_real_command() -> None:
+    """Thrift logs its own "Could not connect" record before raising: it must not reach the terminal."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ACIDCLEAN_METASTORE_URIS": f"thrift://127.0.0.1:{free_port()}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "acidclean", "read", "sales.orders"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == EXIT_UNAVAILABLE, done.stderr
+    assert done.stderr.splitlines() == [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(done.stderr.splitlines()) == 1, done.stderr
