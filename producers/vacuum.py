@@ -64,6 +64,7 @@ from acidclean.producers.publish import (
     flush_outbox,
     publish_committed,
 )
+from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
@@ -519,6 +520,10 @@ def spark_session(master: str | None = None, app_name: str = "acidclean-vacuum")
         builder = builder.master(master)
         if master.startswith("local"):
             # A local Spark serves only this process: keep it on loopback and its logging to errors.
+            # Its workers run this interpreter, which has acidclean: they may fork from a daemon
+            # that imported the vacuum's modules already.
+            for key, value in DAEMON_CONF.items():
+                builder = builder.config(key, value)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
             log_config = Path(__file__).with_name("spark-log4j2.properties")
             os.environ.setdefault(

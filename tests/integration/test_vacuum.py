@@ -417,3 +417,30 @@ def test_the_files_a_vacuum_writes_are_read_by_the_java_orc_reader_with_hives_me
         )
         assert reader.getCompressionKind().toString() == "ZLIB"
         assert (Path(location) / directory / "_orc_acid_version").read_text() == "2"
+
+
+# -- Python workers -----------------------------------------------------------------------------------
+
+_WORKER_PROBE = """
+import sys
+from acidclean.producers.vacuum import spark_session
+spark = spark_session("local[1]", "acidclean-daemon-probe")
+try:
+    seen = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: [m for m in ("pyarrow", "acidclean.producers.compact") if m in sys.modules]
+    ).collect()
+    print("preloaded:", seen[0])
+finally:
+    spark.stop()
+"""
+
+
+def test_the_vacuums_local_spark_forks_workers_that_have_its_modules_imported() -> None:
+    """A fresh worker starts with pyarrow and the ACID writer imported (the daemon imported them once);
+    the probe's own function imports neither."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_SUBMIT_ARGS", "PYSPARK_PYTHON")}
+    probe = subprocess.run(
+        [sys.executable, "-c", _WORKER_PROBE], capture_output=True, text=True, timeout=300, env=environment
+    )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert "preloaded: ['pyarrow', 'acidclean.producers.compact']" in probe.stdout, probe.stdout + probe.stderr[-3000:]
