@@ -12,7 +12,11 @@ from acidclean.deploy.local.demo import DemoOptions, run_demo
 from acidclean.deploy.local.metastore import FLAVOURS
 
 
-@click.command(epilog=examples("acidclean demo", "acidclean demo --storage s3 --state-dir /tmp/demo-s3"))
+@click.command(
+    epilog=examples(
+        "acidclean demo", "acidclean demo --storage s3 --state-dir /tmp/demo-s3", "acidclean demo --by-hand --minor"
+    )
+)
 @state_dir_option
 @click.option("--metastore", "flavour", type=click.Choice(list(FLAVOURS)), default=None,
               help="hive2, hive3 or hive4 [default: hive3 with --storage s3, else hive2]")
@@ -22,16 +26,30 @@ from acidclean.deploy.local.metastore import FLAVOURS
 @click.option("--rows", type=click.IntRange(min=1), default=2000, show_default=True, help="Rows per commit.")
 @click.option("--interval-ms", type=click.IntRange(min=100), default=2000, show_default=True,
               help="The cleaner's re-check interval (hive.compaction-cleanup-interval).")
-@click.option("--minor", is_flag=True, help="Run a MINOR vacuum instead of a MAJOR one.")
+@click.option("--by-hand", is_flag=True,
+              help="Run the vacuum as `acidclean vacuum` instead of the initiator and the vacuum service.")
+@click.option("--minor", is_flag=True, help="With --by-hand: a MINOR vacuum instead of a MAJOR one.")
 def demo(
-    state_dir: Path, flavour: str | None, storage: str, commits: int, rows: int, interval_ms: int, minor: bool
+    state_dir: Path,
+    flavour: str | None,
+    storage: str,
+    commits: int,
+    rows: int,
+    interval_ms: int,
+    by_hand: bool,
+    minor: bool,
 ) -> None:
     """Run the whole story on the local stack, narrated.
 
-    Starts the stack, streams commits into a table, holds a reader's lock through a vacuum, and shows
-    the cleaner waiting for it, then cleaning; the stack keeps running afterwards.
+    Starts the stack, streams commits into a table while a reader holds its lock; the commit that
+    crosses the threshold makes the initiator request a vacuum, the vacuum service runs it, and the
+    cleaner waits for the reader, then cleans. The stack keeps running afterwards.
     """
     require_extra("vacuum", "acidclean demo")
     flavour = flavour or ("hive3" if storage == "s3" else "hive2")
-    options = DemoOptions(state_dir, flavour, commits, rows, interval_ms, full=not minor, storage=storage)
+    if minor and not by_hand:
+        raise click.UsageError("--minor needs --by-hand: the initiator picks the vacuum's type itself")
+    options = DemoOptions(
+        state_dir, flavour, commits, rows, interval_ms, full=not minor, storage=storage, by_hand=by_hand
+    )
     run_demo(options, click.echo)

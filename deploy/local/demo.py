@@ -1,11 +1,16 @@
 """The whole acidclean story on the local stack, narrated as it happens.
 
-Each part runs for real, mostly as the same ``acidclean`` commands a user would type: the ingest
-writer streams commits into a transactional table; a reader takes a SHARED_READ lock and reads; the
-Spark vacuum compacts the deltas, snapshots the reader's lock and publishes ``VacuumCommitted``; a
-cleaner process requeues the event on the delay topic while the lock is held; the reader finishes;
-the cleaner deletes the obsolete directories and publishes ``CleanupDone``; ``acidclean audit`` shows
-the history and draws the timeline. The narration follows the events on the topics.
+Each part runs for real, as the same ``acidclean`` commands a user would type, and closes the loop
+of issue 13: the ingest writer streams commits into a transactional table, publishing
+``DeltaCommitted``; a reader takes a SHARED_READ lock and reads; the commit that crosses
+``hive.compactor.delta.num.threshold`` makes ``acidclean initiator`` publish ``VacuumRequested``;
+``acidclean vacuum-service`` starts the vacuum on its warm SparkSession (``VacuumStarted``), compacts
+the deltas, snapshots the reader's lock and publishes ``VacuumCommitted``; a cleaner process requeues
+the event on the delay topic while the lock is held; the reader finishes; the cleaner deletes the
+obsolete directories and publishes ``CleanupDone``; ``acidclean audit`` shows the history (requested,
+running, committed, cleaned) and draws the timeline. No command is typed between the commits and the
+cleanup. With ``by_hand`` the vacuum is run as ``acidclean vacuum`` instead, as before the loop.
+The narration follows the events on the topics.
 """
 
 from __future__ import annotations
@@ -19,16 +24,25 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from acidclean.deploy.local.process import stop_process
 from acidclean.deploy.local.stack import StackInfo, stack_up
 from acidclean.producers.reader import locked_read
-from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
+from acidclean.schemas.events import (
+    CleanupDone,
+    CleanupRejected,
+    DelayEnvelope,
+    VacuumCommitted,
+    VacuumFailed,
+    VacuumRequested,
+    VacuumStarted,
+)
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.records import raw_record
@@ -39,7 +53,7 @@ from acidclean.shared.settings import Settings, load_settings
 
 Say = Callable[[str], None]
 REQUEUES_BEFORE_RELEASE = 2
-STORY_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
+STORY_TOPICS = ("vacuum_requests", "vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
 
 
 @dataclass(frozen=True)
@@ -49,8 +63,9 @@ class DemoOptions:
     commits: int = 8
     rows: int = 2000
     interval_ms: int = 2000
-    full: bool = True
+    full: bool = True  # by hand only: the initiator picks MAJOR or MINOR itself
     storage: str = "local"
+    by_hand: bool = False  # run `acidclean vacuum` instead of the initiator and the vacuum service
 
 
 @dataclass
@@ -61,6 +76,8 @@ class StoryEvents:
     done: CleanupDone | None = None
     rejected: CleanupRejected | None = None
     vacuum: VacuumCommitted | None = None
+    requested: VacuumRequested | None = None
+    failed: VacuumFailed | None = None
     changed: threading.Condition = field(default_factory=threading.Condition)
     watching: threading.Event = field(default_factory=threading.Event)  # the watcher is assigned
 
@@ -135,7 +152,15 @@ def _watch_topics(
 
 def _narrate(event: object, story: StoryEvents, narrator: Narrator) -> None:
     with story.changed:
-        if isinstance(event, VacuumCommitted):
+        if isinstance(event, VacuumRequested):
+            story.requested = event
+            narrator.step(f"initiator: VacuumRequested ({event.compaction_type}: {event.reason})")
+        elif isinstance(event, VacuumStarted):
+            narrator.step(f"vacuum service {event.vacuum_service_id}: VacuumStarted on its warm SparkSession")
+        elif isinstance(event, VacuumFailed):
+            story.failed = event
+            narrator.step(f"vacuum service: VacuumFailed {event.reason_code}: {event.message}")
+        elif isinstance(event, VacuumCommitted):
             story.vacuum = event
             locks = ", ".join(f"lock {lock.lock_id} ({lock.user}@{lock.host})" for lock in event.lock_snapshot)
             narrator.step(f"VacuumCommitted on the bus: new {', '.join(event.new_directories)}; "
@@ -159,17 +184,38 @@ def _narrate(event: object, story: StoryEvents, narrator: Narrator) -> None:
 
 
 @contextmanager
-def _cleaner(env: dict[str, str], log_file: Path, interval_ms: int) -> Iterator[int]:
+def _service(env: dict[str, str], log_file: Path, *args: str) -> Iterator[int]:
+    """``acidclean ARGS`` as a background process, stopped by its pid (SIGTERM: it commits and leaves)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
         process = subprocess.Popen(
-            _command("cleaner", "--group", f"demo-{uuid.uuid4().hex[:6]}", "--interval-ms", str(interval_ms)),
+            _command(*args, "--group", f"demo-{uuid.uuid4().hex[:6]}"),
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
         yield process.pid
     finally:
-        stop_process(process.pid, "cleaner", timeout_s=30)  # SIGTERM: it commits and leaves the group
+        stop_process(process.pid, args[0], timeout_s=60)
+
+
+def _cleaner(env: dict[str, str], log_file: Path, interval_ms: int) -> Any:
+    return _service(env, log_file, "cleaner", "--interval-ms", str(interval_ms))
+
+
+@contextmanager
+def _initiator(
+    env: dict[str, str], demo_dir: Path, narrator: Narrator, threshold: int, by_hand: bool
+) -> Iterator[None]:
+    """The initiator, requesting on the ingest's events only (nothing when the vacuum is run by hand)."""
+    if by_hand:
+        yield
+        return
+    loop_env = {**env, "ACIDCLEAN_COMPACTOR_DELTA_NUM_THRESHOLD": str(threshold),
+                "ACIDCLEAN_INITIATOR_SWEEP_INTERVAL_S": "0"}
+    with _service(loop_env, demo_dir / "initiator.log", "initiator") as pid:
+        narrator.step(f"initiator started (pid {pid}, hive.compactor.delta.num.threshold {threshold}; "
+                      f"its JSON log: {demo_dir / 'initiator.log'})")
+        yield
 
 
 @contextmanager
@@ -252,13 +298,6 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
         warehouse = location.rstrip("/").rsplit("/", 2)[0]
         environ["ACIDCLEAN_ALLOWED_ROOTS"] = env["ACIDCLEAN_ALLOWED_ROOTS"] = json.dumps({"default": [warehouse]})
 
-        narrator.step(f"streaming {options.commits} commits of {options.rows} rows through the ingest writer "
-                      "(each: open txn, write id, SHARED_WRITE lock, delta, commit, DeltaCommitted) ...")
-        _run(narrator, env, "ingest", name, "--rows", str(options.rows), "--commits", str(options.commits),
-             "--delete-fraction", "0.05")
-        before = _listing(location)
-        narrator.detail("table directory now: " + " ".join(before))
-
         story = StoryEvents()
         stop_watch = threading.Event()
         watcher = threading.Thread(
@@ -267,15 +306,42 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
         watcher.start()
         if not story.watching.wait(timeout=30):
             raise AcidCleanError(f"could not follow the topics on {stack.kafka_bootstrap} within 30 s")
+        # A commit writes a delta and, from the second on, a delete delta: the last commit crosses it.
+        threshold = 2 * options.commits - 2
         release = threading.Event()
         try:
-            with _cleaner(env, demo_dir / "cleaner.log", options.interval_ms) as pid:
+            with (
+                _cleaner(env, demo_dir / "cleaner.log", options.interval_ms) as pid,
+                _initiator(env, demo_dir, narrator, threshold, options.by_hand),
+                ExitStack() as service,
+            ):
                 narrator.step(f"cleaner started (pid {pid}, interval {options.interval_ms} ms; "
                               f"its JSON log: {demo_dir / 'cleaner.log'})")
+                narrator.step(f"streaming {options.commits} commits of {options.rows} rows through the ingest writer "
+                              "(each: open txn, write id, SHARED_WRITE lock, delta, commit, DeltaCommitted) ...")
+                _run(narrator, env, "ingest", name, "--rows", str(options.rows), "--commits", str(options.commits),
+                     "--delete-fraction", "0.05")
+                before = _listing(location)
+                narrator.detail("table directory now: " + " ".join(before))
                 with _reader(metastore, db, table, narrator, release):
-                    kind = "MAJOR: VACUUM TABLE ... FULL" if options.full else "MINOR: VACUUM TABLE ..."
-                    narrator.step(f"running the Spark vacuum ({kind}) while the reader holds its lock ...")
-                    _run(narrator, env, "vacuum", name, *(["--full"] if options.full else []))
+                    if options.by_hand:
+                        kind = "MAJOR: VACUUM TABLE ... FULL" if options.full else "MINOR: VACUUM TABLE ..."
+                        narrator.step(f"running the Spark vacuum ({kind}) while the reader holds its lock ...")
+                        _run(narrator, env, "vacuum", name, *(["--full"] if options.full else []))
+                    else:
+                        if not story.wait_for(lambda: story.requested is not None, 60):
+                            raise AcidCleanError(f"no VacuumRequested within 60 s; see {demo_dir / 'initiator.log'}")
+                        # Started now, so the reader surely holds its lock before the vacuum commits; the
+                        # request waits on its topic meanwhile (a service that is down loses none).
+                        service_pid = service.enter_context(
+                            _service(env, demo_dir / "vacuum-service.log", "vacuum-service", "--master", "local[2]")
+                        )
+                        narrator.step(f"vacuum service started (pid {service_pid}): it starts its SparkSession "
+                                      "once, then takes the request from the topic while the reader holds its lock ...")
+                        if not story.wait_for(lambda: story.vacuum is not None or story.failed is not None, 300):
+                            raise AcidCleanError(f"no vacuum within 300 s; see {demo_dir / 'vacuum-service.log'}")
+                        if story.failed is not None:
+                            raise AcidCleanError(f"the requested vacuum failed: {story.failed.message}")
                     narrator.step(f"the reader's files are still there: {sum(n in _listing(location) for n in before)}"
                                   f" of {len(before)} directories")
                     if not story.wait_for(lambda: story.delays >= REQUEUES_BEFORE_RELEASE, timeout_s=60):

@@ -25,7 +25,7 @@ def own_metastore(tmp_path: Path) -> Iterator[str]:
         stop_process(process.pid, process.name)
 
 
-def test_demo_story_requeues_while_the_reader_holds_on_then_cleans(
+def test_demo_story_closes_the_loop_requeues_while_the_reader_holds_on_then_cleans(
     kafka_bootstrap: str, own_metastore: str, tmp_path: Path
 ) -> None:
     lines: list[str] = []
@@ -33,6 +33,13 @@ def test_demo_story_requeues_while_the_reader_holds_on_then_cleans(
     run_demo(options, lines.append, DemoStack(kafka_bootstrap, own_metastore, tmp_path))
     story = "\n".join(lines)
     assert "a reader locked demo." in story
+    # The loop: the last commit crosses the threshold, the initiator requests, the service vacuums.
+    requested = story.index("initiator: VacuumRequested (MAJOR: 7 deltas > hive.compactor.delta.num.threshold 6")
+    started = story.index("VacuumStarted on its warm SparkSession")
+    assert story.index("streaming 4 commits") < requested < started
+    assert story.index("a reader locked demo.") < started < story.index("VacuumCommitted on the bus")
+    assert story.index("VacuumCommitted on the bus") < story.index("CleanupDone:")
+    assert "`acidclean vacuum" not in story and "VacuumFailed" not in story
     assert story.count("cleaner: not ready to clean") >= 2, story
     assert "the reader's files are still there: 7 of 7 directories" in story, story
     assert "CleanupDone: 7 directories" in story, story
@@ -43,3 +50,16 @@ def test_demo_story_requeues_while_the_reader_holds_on_then_cleans(
     assert "ACIDCLEAN_ALLOWED_ROOTS=" in closing and "ACIDCLEAN_METASTORE_URIS=" in closing, closing
     plots = list((tmp_path / "demo").glob("*.png"))
     assert len(plots) == 1 and plots[0].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_demo_by_hand_runs_the_vacuum_itself_and_cleans(
+    kafka_bootstrap: str, own_metastore: str, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    options = DemoOptions(tmp_path, commits=3, rows=100, interval_ms=1000, by_hand=True)
+    run_demo(options, lines.append, DemoStack(kafka_bootstrap, own_metastore, tmp_path))
+    story = "\n".join(lines)
+    assert "running the Spark vacuum (MAJOR: VACUUM TABLE ... FULL)" in story, story
+    assert "VacuumRequested" not in story and "initiator" not in story
+    assert story.count("cleaner: not ready to clean") >= 2, story
+    assert "CleanupDone: 5 directories" in story, story
