@@ -19,8 +19,9 @@ table to its state before it (a vacuum only adds a directory), so every run does
 Reported: per round and as the median of the rounds, local[1]/local[2] time (target at least 1.6),
 the reference's ceiling, the vacuum's throughput against the one-process reference (target at least
 0.7), and the load average of the machine around each round (other processes on the same cores make
-every ratio smaller). Only generous floors are asserted, never absolute times. Select with
-``-m bench``; needs the stack.
+every ratio smaller). Only generous floors are asserted, never absolute times; the scaling floor only
+when the ceiling shows that the machine had a second core to give. Select with ``-m bench``; needs
+the stack.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ BUCKETS = 4
 ROUNDS = 3
 MASTERS = ("local[1]", "local[2]")
 MB = 1024 * 1024
+SECOND_CORE = 1.3  # a two-process ceiling below this: the machine had no second core to give
 
 # A reference worker: reads one JSON line per job ([[output, [inputs...]], ...]), compacts each bucket
 # with pyarrow alone, answers one line. It stays up between jobs, so no start-up cost is timed.
@@ -241,4 +243,7 @@ def test_vacuum_local2_against_local1_and_against_a_pyarrow_reference(
     print("\n" + "\n".join(lines))
 
     assert against_reference >= 0.3  # generous floors; targets are reported
-    assert scaling >= 0.8
+    if ceiling >= SECOND_CORE:
+        assert scaling >= 0.8
+    else:  # other processes held the second core: nothing can scale, so there is no floor to check
+        print(f"scaling floor not checked: the two-process ceiling was {ceiling:.2f}x, below {SECOND_CORE}x")
