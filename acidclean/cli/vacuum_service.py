@@ -90,8 +90,9 @@ def vacuum_service(
     "vacuum-request",
     epilog=examples(
         "acidclean vacuum-request @request.json",
-        "deploy/production/vacuum-request-spark-submit.sh request.json",
+        "acidclean vacuum-request - --master yarn < request.json",
     )
+    + "\n\nAs one spark-submit per request: deploy/production/vacuum-request-spark-submit.sh request.json."
     + "\n\nExit 0 answered (committed, or answered before), 1 failed (VacuumFailed published), 3 committed "
     "but not published (the event waits in the outbox), 4 a service did not answer.",
 )
@@ -105,7 +106,7 @@ def vacuum_service(
     help="Config file (.properties or .json), read before ACIDCLEAN_* variables and these flags.",
 )
 def vacuum_request(request_json: str, master: str | None, service_id: str | None, config_file: Path | None) -> None:
-    """Answer one VacuumRequested, as the vacuum service would, then exit.
+    """Answer one VacuumRequested as the vacuum service would.
 
     For clusters that run each Spark job on its own: a scheduler turns each request into one
     spark-submit of this command (deploy/production/vacuum-request-spark-submit.sh). It publishes
