@@ -62,7 +62,7 @@ from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.codec import fit_field, reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
-from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
+from acidclean.shared.errors import AcidCleanError, BusError, MetastoreError, TableNotFoundError
 from acidclean.shared.filesystem import FileSystem, StorageError, TreeSize
 from acidclean.shared.lock_entries import snapshot_entry
 from acidclean.shared.metastore import LockInfo, TableInfo
@@ -480,9 +480,11 @@ class CleanupHandler:
         after()
         return False
 
-    def flush_batch(self, batch: OutcomeBatch) -> None:
+    def flush_batch(self, batch: OutcomeBatch) -> dict[str, BusError]:
         """Publish every deferred outcome of ``batch`` (delay envelopes, CleanupDone, dead letters) in one
-        ``publish_many``; returns once the broker has them all (raises ``BusError`` if not)."""
+        ``publish_many`` and wait for the acknowledgements. Returns the outcomes the broker did not take,
+        by event id (empty when it took them all): if the batch fails, each is published on its own, so
+        one event Kafka refuses for good does not hold back the others' partitions."""
         outgoing, batch.outbox = batch.outbox, []
         delays = [(locks, locks.pending) for locks in batch.tables if locks.pending]
         for locks, _ in delays:
@@ -496,14 +498,34 @@ class CleanupHandler:
             items += [
                 (self.config.topics.cleanup_delay, envelope) for _, pending in delays for _, _, envelope in pending
             ]
-        if items:
-            self._bus().publish_many(items)
+        failed = self._publish_isolating(items)
         for item in outgoing:
-            item.after()
+            if str(item.event.event_id) not in failed:
+                item.after()
         for _, pending in delays:
-            self._delays_published(pending)
-        if any(isinstance(item.event, CleanupDone) for item in outgoing):
+            self._delays_published([entry for entry in pending if str(entry[2].event_id) not in failed])
+        if any(isinstance(item.event, CleanupDone) and str(item.event.event_id) not in failed for item in outgoing):
             self._crash.reached("after-done")
+        return failed
+
+    def _publish_isolating(self, items: Sequence[tuple[str, EventBase]]) -> dict[str, BusError]:
+        """``publish_many(items)``; if the broker refuses the batch, each item again on its own: the
+        ``BusError`` of each one it still does not take, by event id."""
+        if not items:
+            return {}
+        try:
+            self._bus().publish_many(items)
+            return {}
+        except BusError as error:
+            if len(items) == 1:
+                return {str(items[0][1].event_id): error}
+        failed: dict[str, BusError] = {}
+        for topic, event in items:
+            try:
+                self._bus().publish_many([(topic, event)])
+            except BusError as error:
+                failed[str(event.event_id)] = error
+        return failed
 
     def run_prepared(self, batch: OutcomeBatch) -> dict[int, Outcome | BaseException]:
         """Announce every prepared cleanup of ``batch`` in one ``publish_many`` (acknowledged before the
@@ -513,10 +535,17 @@ class CleanupHandler:
         prepared, batch.prepared = batch.prepared, []
         if not prepared:
             return {}
+        outcomes: dict[int, Outcome | BaseException] = {}
         try:
-            self._announce_many(prepared)
+            refused = self._announce_many(prepared)
         except BaseException as error:  # nothing was deleted: each event is retried or dead-lettered
             return {id(item): error for item in prepared}
+        for item in prepared:
+            if id(item) in refused:  # not announced, so not deleted: its partition is rewound
+                outcomes[id(item)] = refused[id(item)]
+        prepared = [item for item in prepared if id(item) not in refused]
+        if not prepared:
+            return outcomes
         self._crash.reached("before-delete")
         pairs = [(item, directory) for item in prepared for directory in item.planned]
         if self._delete_pool is not None and len(pairs) > 1:
@@ -527,7 +556,6 @@ class CleanupHandler:
         for (item, _), result in zip(pairs, results, strict=True):
             by_cleanup[id(item)].append(result)
         self._crash.reached("after-delete")
-        outcomes: dict[int, Outcome | BaseException] = {}
         for item in prepared:
             try:
                 outcomes[id(item)] = self._after_deletes(item.processed, item.plan, by_cleanup[id(item)], item.locks)
@@ -866,12 +894,19 @@ class CleanupHandler:
         self._publish(self.config.topics.cleanup_done, started)
         self._announced(processed, started)
 
-    def _announce_many(self, prepared: Sequence[PreparedCleanup]) -> None:
-        """The CleanupStarted of every prepared cleanup in one batch; returns once the broker has them all."""
+    def _announce_many(self, prepared: Sequence[PreparedCleanup]) -> dict[int, BusError]:
+        """The CleanupStarted of every prepared cleanup in one batch, acknowledged; returns the ones the
+        broker did not take (by ``id()`` of the prepared cleanup), which must delete nothing."""
         started = [self._started(item.processed, item.planned) for item in prepared]
-        self._bus().publish_many([(self.config.topics.cleanup_done, event) for event in started])
+        failed = self._publish_isolating([(self.config.topics.cleanup_done, event) for event in started])
+        refused: dict[int, BusError] = {}
         for item, event in zip(prepared, started, strict=True):
-            self._announced(item.processed, event)
+            error = failed.get(str(event.event_id))
+            if error is not None:
+                refused[id(item)] = error
+            else:
+                self._announced(item.processed, event)
+        return refused
 
     def _started(
         self, processed: VacuumCommitted | DelayEnvelope, planned: Sequence[RemovedDirectory]

@@ -563,7 +563,7 @@ class CleanerLoop:
         try:
             if deferred:
                 try:
-                    self.handler.flush_batch(batch)
+                    refused = self.handler.flush_batch(batch) or {}
                 except Exception as error:
                     if isinstance(error, BusError):
                         for work, _ in deferred:
@@ -576,7 +576,10 @@ class CleanerLoop:
                         self._finished.put(_Finished(work, None, error))
                 else:
                     for work, outcome in deferred:
-                        self._finished.put(_Finished(work, outcome))
+                        failure = refused.get(str(outcome.event.event_id))
+                        # Only the refused outcomes' partitions are rewound; the rest of the batch is done.
+                        finished = _Finished(work, outcome) if failure is None else _Finished(work, None, failure)
+                        self._finished.put(finished)
         finally:
             for work, _ in deferred:
                 self._end(work)

@@ -118,7 +118,7 @@ def test_an_unacknowledged_announcement_deletes_nothing_and_commits_nothing(rig:
     events = [add_table(rig, i) for i in range(3)]
     for event in events:
         consumer.append(V, 0, event)
-    rig.bus.fail_next(1)  # the batch's CleanupStarted publish
+    rig.bus.fail_next(4)  # the batch's CleanupStarted publish, then each one's on its own
     loop = loop_over(rig, consumer)
     loop.step()
     loop.step()
@@ -135,7 +135,7 @@ def test_deleted_but_unacknowledged_outcomes_commit_no_offset_and_the_retry_repo
     for event in events:
         consumer.append(V, 0, event)
     inner = rig.bus.publish_many
-    failures = iter([False, True])  # announcement acknowledged, the outcomes' batch not
+    failures = iter([False, True, True, True, True])  # announcements acknowledged, no outcome (batch, each)
 
     def publish_many(items: Any) -> Any:
         if next(failures, False):
@@ -296,3 +296,42 @@ def test_a_batch_picks_one_unfiltered_show_locks_or_one_per_table_by_the_measure
     loop.step()
     assert rig.metastore.calls["show_locks"] == calls
     assert len(dones(rig)) == 4 and consumer.committed[(V, 0)] == 4
+
+
+def test_an_announcement_refused_for_good_holds_back_only_its_own_table(rig: Rig) -> None:
+    """Kafka refuses one table's CleanupStarted every time: that table deletes nothing and its partition
+    is retried; the other tables of the batch, on another partition, are announced, cleaned and committed."""
+    consumer = FakeConsumer(rig.clock)
+    refused, healthy = add_table(rig, 0), add_table(rig, 1)
+    consumer.append(V, 0, refused)
+    consumer.append(V, 1, healthy)
+    inner = rig.bus.publish_many
+
+    def publish_many(items: Any) -> Any:
+        if any(isinstance(event, CleanupStarted) and event.correlation_id == refused.event_id for _, event in items):
+            raise BusError("Kafka refused the event: MSG_SIZE_TOO_LARGE")
+        return inner(items)
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    run_for(loop_over(rig, consumer), rig, 10)
+    assert not any("/t0/" in path for path in rig.fs.deleted)
+    assert consumer.committed.get((V, 0), 0) == 0
+    assert consumer.committed[(V, 1)] == 1 and [done.correlation_id for done in dones(rig)] == [healthy.event_id]
+
+
+def test_an_outcome_refused_for_good_holds_back_only_its_own_partition(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock)
+    refused, healthy = add_table(rig, 0), add_table(rig, 1)
+    consumer.append(V, 0, refused)
+    consumer.append(V, 1, healthy)
+    inner = rig.bus.publish_many
+
+    def publish_many(items: Any) -> Any:
+        if any(isinstance(event, CleanupDone) and event.correlation_id == refused.event_id for _, event in items):
+            raise BusError("Kafka refused the event: MSG_SIZE_TOO_LARGE")
+        return inner(items)
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    run_for(loop_over(rig, consumer), rig, 10)
+    assert consumer.committed.get((V, 0), 0) == 0  # never past an outcome the broker does not have
+    assert consumer.committed[(V, 1)] == 1

@@ -355,7 +355,7 @@ def test_an_unacknowledged_delay_batch_is_retried_and_not_committed(clock: FakeC
     rig, loop = real_handler_loop(clock, consumer)
     consumer.append(V, 0, vacuum())
     consumer.append(V, 0, vacuum(partition="ds=2"))
-    rig.bus.fail_next()
+    rig.bus.fail_next(3)  # the batch, then each envelope on its own (a refused batch is retried item by item)
     run(loop, 3)
     assert consumer.committed.get((V, 0), 0) == 0 and rig.bus.records == {}
     run(loop, 300)  # re-read after one interval: both envelopes published, offsets committed
