@@ -73,6 +73,8 @@ LOGGER = logging.getLogger("acidclean.cleaner")
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
+ISOLATION_GIVE_UP_S = 1.0  # an event retried alone that fails slower than this: the broker is away
+
 OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run", "dropped"]
 
 
@@ -520,11 +522,17 @@ class CleanupHandler:
             if len(items) == 1:
                 return {str(items[0][1].event_id): error}
         failed: dict[str, BusError] = {}
-        for topic, event in items:
+        for index, (topic, event) in enumerate(items):
+            started = time.monotonic()
             try:
                 self._bus().publish_many([(topic, event)])
             except BusError as error:
                 failed[str(event.event_id)] = error
+                if time.monotonic() - started > ISOLATION_GIVE_UP_S:
+                    # Not one event refused (a refusal is quick) but a broker that does not answer:
+                    # waiting out the timeout for each of the others would only stall the batch.
+                    failed.update({str(rest.event_id): error for _, rest in items[index + 1 :]})
+                    break
         return failed
 
     def run_prepared(self, batch: OutcomeBatch) -> dict[int, Outcome | BaseException]:

@@ -4,6 +4,7 @@ and the at-least-once contract under every way a batch can break (rule 5)."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -335,3 +336,24 @@ def test_an_outcome_refused_for_good_holds_back_only_its_own_partition(rig: Rig)
     run_for(loop_over(rig, consumer), rig, 10)
     assert consumer.committed.get((V, 0), 0) == 0  # never past an outcome the broker does not have
     assert consumer.committed[(V, 1)] == 1
+
+
+def test_a_broker_that_does_not_answer_is_not_waited_for_once_per_event_of_the_batch(rig: Rig) -> None:
+    """The batch's publish times out and so does the first event retried alone: the others are not
+    retried one by one (each would wait out the timeout), nothing is deleted and nothing committed."""
+    consumer = FakeConsumer(rig.clock)
+    for index in range(4):
+        consumer.append(V, 0, add_table(rig, index))
+    alone: list[int] = []
+
+    def publish_many(items: Any) -> Any:
+        if len(items) == 1:
+            alone.append(1)
+            time.sleep(1.1)  # what a broker that does not answer costs each call
+        raise BusError("simulated: Kafka did not acknowledge within the timeout")
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    loop = loop_over(rig, consumer)
+    loop.step()
+    assert alone == [1]
+    assert rig.fs.deleted == [] and consumer.committed.get((V, 0), 0) == 0
