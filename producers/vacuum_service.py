@@ -211,6 +211,11 @@ class VacuumService:
         self.probes.add_check(broker_check(settings.kafka, self.topic))
         self.probes.add_check(metastore_check(settings.metastore_uris))
 
+    @property
+    def http_port(self) -> int | None:
+        """The port of ``/metrics``, ``/healthz`` and ``/readyz`` (``metrics_port`` 0 picks a free one)."""
+        return None if self._http is None else int(self._http.server_address[1])
+
     # -- resources ---------------------------------------------------------------------------------
 
     def spark(self) -> SparkSession:

@@ -86,10 +86,13 @@ def wait_for(condition: Callable[[], T], timeout_s: float, what: str, every_s: f
 
 
 @contextmanager
-def running_service(settings: Settings, spark: Any, service_id: str = "it") -> Iterator[VacuumService]:
+def running_service(
+    settings: Settings, spark: Any, service_id: str = "it", metrics_port: int | None = None
+) -> Iterator[VacuumService]:
     """A vacuum service in a thread of this process on the session's Spark, stopped on exit."""
-    service = VacuumService(settings, ServiceOptions(service_id=f"{service_id}-{uuid.uuid4().hex[:6]}"),
-                            spark=lambda: spark)
+    options = ServiceOptions(service_id=f"{service_id}-{uuid.uuid4().hex[:6]}", metrics_port=metrics_port,
+                             metrics_address="127.0.0.1")
+    service = VacuumService(settings, options, spark=lambda: spark)
     errors: list[BaseException] = []
 
     def run() -> None:

@@ -15,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.request import urlopen
 
 import pytest
 from cleaner_support import running_cleaner
@@ -54,7 +55,7 @@ def test_a_request_is_started_committed_with_its_id_and_then_cleaned(
     write(metastore, unique_name, rows=20, commits=3)
     singles = directories(metastore, unique_name)
     request = request_for(table_settings, f"{DB}.{unique_name}", f"file:{table_location}")
-    with running_service(table_settings, spark) as service:
+    with running_service(table_settings, spark, metrics_port=0) as service:
         publish_requests(table_settings, request)
         [vacuum] = wait_for(lambda: committed_for(table_settings, request.event_id), 120, "VacuumCommitted")
         [started] = of_type(answers(table_settings, request.event_id), VacuumStarted)
@@ -66,6 +67,12 @@ def test_a_request_is_started_committed_with_its_id_and_then_cleaned(
         publish_requests(table_settings, request)
         wait_for(lambda: service.metrics.requests.labels("answered")._value.get() == 1, 60, "the duplicate answered")
         assert service.metrics.requests.labels("committed")._value.get() == 1
+        assert service.http_port is not None
+        base = f"http://127.0.0.1:{service.http_port}"
+        assert urlopen(f"{base}/readyz", timeout=10).read() == b"ok\n"  # Spark, group, broker, metastore
+        assert urlopen(f"{base}/healthz", timeout=10).status == 200
+        metrics = urlopen(f"{base}/metrics", timeout=10).read().decode()
+        assert 'acidclean_vacuum_service_requests_total{outcome="committed"} 1.0' in metrics
 
     with running_cleaner(table_settings):
         done = wait_for(
