@@ -1,0 +1,638 @@
+"""Adversarial tests of the batched cleaner (issue 14): rules 1 and 5 and the at-least-once contract
+when a worker handles many tables with one shared metastore answer, one announcement, one publish of
+outcomes and one offset commit per batch, under back-pressure, held deques, failures and rebalances."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import time
+import uuid
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from acidclean.consumers.handler import Work
+from acidclean.consumers.loop import CleanerLoop, LoopConfig
+from acidclean.consumers.rules.readiness import Readiness
+from acidclean.consumers.scheduling import delay_envelope
+from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
+from acidclean.shared.acid.id_lists import MetastoreKind
+from acidclean.shared.acid.names import base_name, delta_name
+from acidclean.shared.bus.codec import decode
+from acidclean.shared.errors import BusError
+from acidclean.shared.metastore import LockInfo
+
+from .fakes import LOCATION, T0, TOPICS, FakeConsumer, InlineExecutor, Rig, lock, vacuum
+
+pytestmark = [pytest.mark.rule1, pytest.mark.rule5]
+
+V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
+SINGLES = [delta_name(i, i, 0) for i in (1, 2, 3)]
+NEW = delta_name(1, 3)
+D4 = delta_name(4, 4, 0)
+BASE4 = base_name(4)
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def add_table(rig: Rig, index: int, **changes: Any) -> VacuumCommitted:
+    """Table ``sales.t<index>``: three single deltas and the minor vacuum's delta over them, lock-free."""
+    location = f"/warehouse/sales.db/t{index}"
+    rig.metastore.add_table(f"sales.t{index}", "file:" + location)
+    rig.fs.add_acid_dirs(location, [*SINGLES, NEW])
+    fields: dict[str, Any] = dict(
+        table=f"sales.t{index}", partition=None, location=location, lock_snapshot=[lock(1000 + index)]
+    )
+    event = vacuum(**{**fields, **changes})
+    rig.fs.mark_vacuum_output(event)
+    return event
+
+
+def loop_over(rig: Rig, consumer: FakeConsumer, executor: Any = None, **config: Any) -> CleanerLoop:
+    loop = CleanerLoop(
+        consumer,
+        rig.handler,
+        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, **config),
+        executor=executor or InlineExecutor(),
+        metrics=rig.metrics,
+        clock=rig.clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (V, 1), (D, 0)])
+    return loop
+
+
+def run_for(loop: CleanerLoop, rig: Rig, seconds: float) -> None:
+    end = rig.clock.now_ms() + seconds * 1000
+    while rig.clock.now_ms() < end:
+        loop.step()
+
+
+def dones(rig: Rig) -> list[CleanupDone]:
+    return [event for event in rig.published(TOPICS.cleanup_done) if isinstance(event, CleanupDone)]
+
+
+def answered(rig: Rig) -> set[uuid.UUID]:
+    """Ids of the events whose outcome the broker has: a CleanupDone, a delay envelope or a dead letter
+    caused by them."""
+    ids: set[uuid.UUID] = set()
+    for topic in (TOPICS.cleanup_done, TOPICS.cleanup_delay, TOPICS.dead_letter):
+        for event in rig.published(topic):
+            if isinstance(event, CleanupDone | DelayEnvelope | CleanupRejected):
+                ids.add(event.causation_id)
+    return ids
+
+
+def unanswered_below_commit(rig: Rig, consumer: FakeConsumer) -> list[tuple[str, int, int]]:
+    """Records below their partition's committed offset whose outcome the broker does not have: each one
+    is a record a restart would never read again (lost)."""
+    have = answered(rig)
+    lost = []
+    for (topic, number), log in consumer.logs.items():
+        for record in log[: consumer.committed.get((topic, number), 0)]:
+            event = decode(record, rejected_by="test", tenant="acme")
+            if isinstance(event, CleanupRejected):
+                continue
+            if event.event_id not in have:
+                lost.append((topic, number, record.offset))
+    return lost
+
+
+class Handled:
+    """Wraps the handler's ``handle``: every call with the clock value and the work's due time."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.calls: list[tuple[str, int, int, int, int]] = []  # topic, partition, offset, at ms, due ms
+        inner = rig.handler.handle
+
+        def handle(work: Work, locks: Any) -> Any:
+            self.calls.append((work.record.topic, work.record.partition, work.offset, rig.clock.now_ms(), work.due_ms))
+            return inner(work, locks)
+
+        rig.handler.handle = handle  # type: ignore[method-assign]
+
+    def offsets(self, topic: str, number: int) -> list[int]:
+        return [offset for t, p, offset, _, _ in self.calls if (t, p) == (topic, number)]
+
+
+def hive3(rig: Rig) -> Rig:
+    rig.metastore._kind = MetastoreKind.HIVE3
+    return rig
+
+
+def turn_off_open_txn_rule(rig: Rig) -> None:
+    rig.handler.config = dataclasses.replace(rig.handler.config, wait_for_open_txns=False)
+
+
+# -- rule 1: the shared lock list ---------------------------------------------------------------------
+
+
+def test_a_later_vacuum_of_the_same_table_in_one_batch_waits_for_the_reader_between_the_two_vacuums() -> None:
+    """V1 (minor, delta_1_3) commits; reader R locks and lists (delta_1_3, delta_4); V2 (major, base_4)
+    commits with R in its snapshot. Both events land in one batch, one lane: V1 cleans its singles from
+    the shared list, V2 must wait for R although the list was read for V1 and V2 is decided a round later."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    location = "/warehouse/sales.db/t0"
+    rig.metastore.add_table("sales.t0", "file:" + location)
+    rig.fs.add_acid_dirs(location, [*SINGLES, NEW, D4, BASE4])
+    v1 = vacuum(table="sales.t0", partition=None, location=location, lock_snapshot=[], occurred_at=T0)
+    reader_at = T0 + timedelta(seconds=10)
+    rig.metastore.take_lock(500, "sales.t0", acquired_at=reader_at)
+    r = LockSnapshotEntry(
+        lock_id=500, txn_id=3, lock_type="SHARED_READ", state="ACQUIRED", user="bob", host="r", acquired_at=reader_at
+    )
+    v2 = vacuum(
+        table="sales.t0",
+        partition=None,
+        location=location,
+        compaction_type="MAJOR",
+        new_directories=[BASE4],
+        highest_write_id=4,
+        obsolete_directories=[*SINGLES, NEW, D4],  # planned while V1's singles were still there
+        lock_snapshot=[r],
+        occurred_at=T0 + timedelta(seconds=20),
+        vacuum_job_id="job-2",
+    )
+    rig.fs.mark_vacuum_output(v1)
+    rig.fs.mark_vacuum_output(v2)
+    others = [add_table(rig, i) for i in (1, 2)]
+    for event in (v1, others[0], v2, others[1]):
+        consumer.append(V, 0, event)
+    rig.clock.current = T0 + timedelta(seconds=30)
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    gone = {path.rsplit("/", 1)[1] for path in rig.fs.deleted if path.startswith(location + "/")}
+    assert gone == set(SINGLES)  # R's delta_1_3 and delta_4 are still there
+    assert rig.metastore.calls["show_locks"] == 1
+    [envelope] = rig.published(D)
+    assert envelope.correlation_id == v2.event_id and [e.lock_id for e in envelope.locks_held] == [500]
+    assert not rig.published(TOPICS.dead_letter)
+    assert consumer.committed[(V, 0)] == 4
+    rig.metastore.release(500)
+    consumer.append(D, 0, envelope)  # the delay topic delivers it back
+    run_for(loop, rig, 5)
+    gone = {path.rsplit("/", 1)[1] for path in rig.fs.deleted if path.startswith(location + "/")}
+    assert gone == {*SINGLES, NEW, D4}
+    assert v2.event_id in {done.correlation_id for done in dones(rig)}
+
+
+@pytest.mark.parametrize("spelling", [("SALES", "T1"), ("Sales", "t1"), ("sales", "T1")])
+def test_the_shared_index_finds_a_lock_whatever_case_the_metastore_answers_in(spelling: tuple[str, str]) -> None:
+    """The unfiltered list indexed by table must find t1's reader however it spells db and table, and lend
+    it to neither t10 (a name with t1 as a prefix) nor t2."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in (1, 10, 2)]
+    db, name = spelling
+    rig.metastore.locks.append(
+        LockInfo(
+            1001,
+            3,
+            db,
+            name,
+            None,
+            "SHARED_READ",
+            "ACQUIRED",
+            "alice",
+            "h",
+            int((T0 - timedelta(minutes=1)).timestamp() * 1000),
+            1,
+        )
+    )
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert rig.metastore.calls["show_locks"] == 1
+    assert not any(path.startswith("/warehouse/sales.db/t1/") for path in rig.fs.deleted)
+    assert {done.correlation_id for done in dones(rig)} == {events[1].event_id, events[2].event_id}
+
+
+def test_a_partition_lock_spelled_differently_still_holds_its_tables_cleanup_in_a_batch() -> None:
+    """Readiness matches snapshot locks by id: a partition spelled DS=... in the lock list must not
+    make the shared index (or the missing-lock check) miss it."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.fs.add_acid_dirs(LOCATION, [*SINGLES, NEW])
+    held = rig.metastore.take_lock(7, "sales.orders", "DS=2025-03-14")
+    assert held.lock_id == 7
+    event = vacuum()  # its snapshot holds lock 7
+    rig.fs.mark_vacuum_output(event)
+    unlisted = vacuum(lock_snapshot=[], event_id=uuid.uuid4())  # a second event that lost lock 7
+    rig.fs.mark_vacuum_output(unlisted)
+    others = [add_table(rig, i) for i in (1, 2)]
+    for item in (event, others[0], unlisted, others[1]):
+        consumer.append(V, 0, item)
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert not any(path.startswith(LOCATION + "/") for path in rig.fs.deleted)
+    assert {e.correlation_id for e in rig.published(D)} >= {event.event_id}
+    assert {done.correlation_id for done in dones(rig)} == {others[0].event_id, others[1].event_id}
+
+
+@pytest.mark.parametrize(
+    ("unfiltered_s", "filtered_s"),
+    [(None, None), (1.0, 0.01)],  # one shared unfiltered call; one call per table
+    ids=["shared", "per-table"],
+)
+def test_a_transaction_commit_in_a_batch_waits_for_an_older_transaction_locked_elsewhere(
+    unfiltered_s: float | None, filtered_s: float | None
+) -> None:
+    """With the open-transaction rule off, a renamed vacuum does not wait, but a vacuum committed through T
+    (``_vT``) always waits for every transaction older than T, read locks or not, whichever way its batch
+    asked for the locks and even when another table of the batch asked first."""
+    rig = hive3(Rig())
+    turn_off_open_txn_rule(rig)
+    rig.handler.lock_call_costs.unfiltered_s = unfiltered_s
+    rig.handler.lock_call_costs.filtered_s = filtered_s
+    consumer = FakeConsumer(rig.clock)
+    d45 = delta_name(4, 5)
+    through_59 = d45 + "_v0000059"
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.fs.add_acid_dirs(LOCATION, [delta_name(4, 4, 0), delta_name(5, 5, 0), through_59])
+    rig.metastore.open_txns = [48]
+    reader = rig.metastore.take_lock(31, "other.table", acquired_at=T0 + timedelta(seconds=30))
+    rig.metastore.locks = [dataclasses.replace(reader, txn_id=48)]
+    first = add_table(rig, 1, next_txn_id=60)  # renamed: no wait with the rule off
+    visible = vacuum(
+        new_directories=[through_59],
+        obsolete_directories=[delta_name(4, 4, 0), delta_name(5, 5, 0)],
+        highest_write_id=5,
+        lock_snapshot=[],
+        next_txn_id=60,
+    )
+    rig.fs.mark_vacuum_output(visible)
+    last = add_table(rig, 2, next_txn_id=60)
+    for item in (first, visible, last):
+        consumer.append(V, 0, item)
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert not any(path.startswith(LOCATION + "/") for path in rig.fs.deleted)
+    [envelope] = rig.published(D)
+    assert envelope.correlation_id == visible.event_id and envelope.open_txns == [48]
+    assert {done.correlation_id for done in dones(rig)} == {first.event_id, last.event_id}
+    rig.metastore.open_txns, rig.metastore.locks = [], []
+    consumer.append(D, 0, envelope)
+    run_for(loop, rig, 5)
+    assert any(path.startswith(LOCATION + "/") for path in rig.fs.deleted)
+
+
+def test_a_lockless_transaction_is_waited_for_even_when_the_batch_read_the_locks_for_another_table_first() -> None:
+    """The rule on (default): a renamed vacuum waits for an older transaction without a read lock. The
+    batch's shared list was first read for a table without ``next_txn_id``; the rule must still see it."""
+    rig = hive3(Rig())
+    consumer = FakeConsumer(rig.clock)
+    plain = add_table(rig, 1)  # no next_txn_id: the locks alone decide
+    waiting = add_table(rig, 2, next_txn_id=60)
+    rig.metastore.open_txns = [49]
+    for item in (plain, waiting):
+        consumer.append(V, 0, item)
+    loop = loop_over(rig, consumer)
+    loop.step()
+    loop.step()
+    assert not any(path.startswith("/warehouse/sales.db/t2/") for path in rig.fs.deleted)
+    [envelope] = rig.published(D)
+    assert envelope.correlation_id == waiting.event_id and envelope.open_txns == [49]
+    assert [done.correlation_id for done in dones(rig)] == [plain.event_id]
+
+
+# -- rule 5: offsets of a batch -------------------------------------------------------------------------
+
+
+def test_one_items_unacknowledged_dead_letter_commits_no_offset_past_it_in_the_same_batch() -> None:
+    """t1 fails (a handler error) and its dead letter is not acknowledged while t0 and t2 of the same
+    partition clean: the committed offset must stay at or below t1's record until t1 has an outcome."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(3)]
+    for event in events:
+        consumer.append(V, 0, event)
+    get_table = rig.metastore.get_table
+    failures = iter([True])
+
+    def exploding(db: str, table: str, partition: str | None = None) -> Any:
+        if table == "t1" and next(failures, False):
+            rig.bus.fail_next(1)  # the dead letter that follows
+            raise RuntimeError("boom")
+        return get_table(db, table, partition)
+
+    rig.metastore.get_table = exploding  # type: ignore[method-assign]
+    loop = loop_over(rig, consumer, error_tries=1)
+    for _ in range(3):
+        loop.step()
+        assert unanswered_below_commit(rig, consumer) == []
+        assert consumer.committed.get((V, 0), 0) <= 1
+    run_for(loop, rig, 10)
+    assert unanswered_below_commit(rig, consumer) == [] and consumer.committed[(V, 0)] == 3
+    assert {done.correlation_id for done in dones(rig)} == {event.event_id for event in events}
+
+
+class Crash(BaseException):
+    """The process dies here."""
+
+
+@dataclasses.dataclass
+class CrashAt:
+    point: str
+    armed: bool = True
+
+    def reached(self, point: str) -> None:
+        if self.armed and point == self.point:
+            self.armed = False
+            raise Crash(point)
+
+
+@pytest.mark.parametrize("point", ["before-delete", "after-delete", "after-done"])
+def test_a_crash_inside_a_batch_then_a_fresh_cleaner_loses_nothing(point: str) -> None:
+    """The process dies at ``point`` of a batch spanning two partitions; a new cleaner starts from the
+    committed offsets: every vacuum ends cleaned, no offset was committed past an unacknowledged outcome,
+    and nothing is deleted twice."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(4)]
+    for index, event in enumerate(events):
+        consumer.append(V, index % 2, event)
+    rig.handler._crash = CrashAt(point)  # type: ignore[assignment]
+    crashed = loop_over(rig, consumer)
+    crashed.step()
+    crashed.step()
+    assert unanswered_below_commit(rig, consumer) == []
+    # The dead process's loop is dropped without a commit or a revoke; a new one joins.
+    restarted = loop_over(rig, consumer)
+    run_for(restarted, rig, 10)
+    assert unanswered_below_commit(rig, consumer) == []
+    assert consumer.committed[(V, 0)] == 2 and consumer.committed[(V, 1)] == 2
+    assert {done.correlation_id for done in dones(rig)} == {event.event_id for event in events}
+    assert len(rig.fs.deleted) == len(set(rig.fs.deleted)) == 12
+
+
+def test_a_revoke_between_two_rounds_of_a_batch_abandons_the_later_round_and_commits_only_the_first() -> None:
+    """A lane holds two records of one table (offsets 0 and 1 of V0). The partition is revoked while the
+    batch's first round is announcing: the first record finishes and is committed, the second is not
+    started, and its offset is not committed; the next owner handles it."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    first = add_table(rig, 0)
+    other = add_table(rig, 1)
+    consumer.append(V, 0, first)
+    consumer.append(V, 0, first)  # a duplicate record of the same event (an outbox republish)
+    consumer.append(V, 1, other)
+    handled = Handled(rig)
+    inner = rig.bus.publish_many
+    entered, release = threading.Event(), threading.Event()
+
+    def publish_many(items: Any) -> Any:
+        if not entered.is_set():
+            entered.set()
+            assert release.wait(10)
+        return inner(items)
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    with ThreadPoolExecutor(2) as pool:
+        loop = loop_over(rig, consumer, executor=pool, revoke_timeout_s=10)
+        for _ in range(50):
+            loop.step()
+            if entered.is_set():
+                break
+        assert entered.wait(5)
+        threading.Timer(0.2, release.set).start()
+        consumer.rebalance_revoke([(V, 0)])
+        assert consumer.committed.get((V, 0)) == 1  # the first record's outcome was acknowledged
+        assert handled.offsets(V, 0) == [0]  # the second was never started
+        assert unanswered_below_commit(rig, consumer) == []
+        consumer.rebalance_assign([(V, 0)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            loop.step()
+            time.sleep(0.005)
+            if consumer.committed.get((V, 0)) == 2 and consumer.committed.get((V, 1)) == 1:
+                break
+    assert consumer.committed[(V, 0)] == 2 and consumer.committed[(V, 1)] == 1
+    assert handled.offsets(V, 0) == [0, 1]
+    assert len(rig.fs.deleted) == len(set(rig.fs.deleted)) == 6
+
+
+def test_back_pressure_pauses_and_resumes_without_skipping_or_repeating_a_record() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = [add_table(rig, i) for i in range(12)]
+    for index, event in enumerate(events):
+        consumer.append(V, index % 2, event)
+    handled = Handled(rig)
+    loop = loop_over(rig, consumer, max_queued=3, batch_tables=2)
+    run_for(loop, rig, 5)
+    assert (V, 0) in consumer.pause_calls  # back-pressure did pause
+    assert sorted(handled.offsets(V, 0)) == list(range(6)) and sorted(handled.offsets(V, 1)) == list(range(6))
+    assert consumer.committed[(V, 0)] == 6 and consumer.committed[(V, 1)] == 6
+    assert {done.correlation_id for done in dones(rig)} == {event.event_id for event in events}
+
+
+def test_held_envelopes_are_taken_from_the_front_never_early_none_skipped() -> None:
+    """Envelopes on one delay partition with due times out of order, more than ``held_per_partition``
+    of them, under back-pressure: each is handled once, none before its due time."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    now = rig.clock.now()
+    dues = [3.0, 1.0, 1.0, 5.0, 0.5, 2.0, 6.0, 0.0, 4.0]
+    for index, due in enumerate(dues):
+        parked = add_table(rig, index)
+        envelope = delay_envelope(
+            parked, Readiness(False, ()), now=now, interval_ms=2000, max_wait_s=3600, due=now + timedelta(seconds=due)
+        )
+        consumer.append(D, 0, envelope)
+    handled = Handled(rig)
+    loop = loop_over(rig, consumer, held_per_partition=2, max_queued=2)
+    run_for(loop, rig, 15)
+    assert sorted(handled.offsets(D, 0)) == list(range(len(dues)))
+    assert all(at >= due for _, _, _, at, due in handled.calls)
+    assert consumer.committed[(D, 0)] == len(dues)
+
+
+def test_an_outcome_refused_for_good_does_not_stall_other_partitions_of_its_batch() -> None:
+    """Kafka refuses one table's CleanupDone every time (non-retriable, e.g. too large for the topic). In a
+    batch its refusal fails the batch's one publish and rewinds every record of the batch, on any
+    partition; the unrelated partition must still get its outcome published and its offset committed
+    (the refused record's partition retries, never committing past it)."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    poisoned = add_table(rig, 0)
+    healthy = add_table(rig, 1)
+    consumer.append(V, 0, poisoned)
+    consumer.append(V, 1, healthy)
+    inner = rig.bus.publish_many
+
+    def publish_many(items: Any) -> Any:
+        if any(isinstance(event, CleanupDone) and event.correlation_id == poisoned.event_id for _, event in items):
+            raise BusError("Kafka refused the event: MSG_SIZE_TOO_LARGE")
+        return inner(items)
+
+    rig.bus.publish_many = publish_many  # type: ignore[method-assign]
+    loop = loop_over(rig, consumer)
+    run_for(loop, rig, 20)
+    assert consumer.committed.get((V, 0), 0) == 0  # the refused one never commits (as before batching)
+    assert consumer.committed.get((V, 1), 0) == 1  # an unrelated partition moves on
+    assert unanswered_below_commit(rig, consumer) == []
+    assert healthy.event_id in {done.correlation_id for done in dones(rig)}
+
+
+# -- a randomised history of the loop -----------------------------------------------------------------
+
+
+class BatchedLoopMachine(RuleBasedStateMachine):
+    """Vacuums (some behind a reader's lock) and envelopes arrive on two partitions each; the loop steps
+    with small batches, a small ``max_queued`` and ``held_per_partition``; the delay topic delivers the
+    cleaner's own envelopes back; readers release, the metastore goes down, publishes fail, partitions
+    are revoked and reassigned. Always: nothing of a table is deleted while its vacuum's snapshot reader
+    holds its lock, nothing is handed over before its due time, no offset is committed past a record
+    whose outcome the broker does not have; at the end, every vacuum is cleaned, nothing twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rig = Rig()
+        self.consumer = FakeConsumer(self.rig.clock)
+        self.tables = itertools.count()
+        self.handled = Handled(self.rig)
+        self.expected: set[uuid.UUID] = set()
+        self.held: dict[int, str] = {}  # lock id -> location of the table it protects
+        self.delivered = 0  # envelopes of the bus's delay topic already on the consumer's delay log
+        self.loop = CleanerLoop(
+            self.consumer,
+            self.rig.handler,
+            LoopConfig(
+                vacuum_topic=V,
+                delay_topic=D,
+                tenant="acme",
+                cleaner_id="c1",
+                interval_ms=2000,
+                batch_tables=2,
+                max_queued=3,
+                held_per_partition=2,
+                error_tries=1,
+            ),
+            executor=InlineExecutor(),
+            metrics=self.rig.metrics,
+            clock=self.rig.clock,
+        )
+        self.loop.subscribe()
+        self.partitions = [(V, 0), (V, 1), (D, 0), (D, 1)]
+        self.consumer.rebalance_assign(self.partitions)
+
+    def _table(self, locked: bool) -> VacuumCommitted:
+        index = next(self.tables)
+        if not locked:
+            return add_table(self.rig, index, lock_snapshot=[])
+        lock_id = 5000 + index
+        self.rig.metastore.take_lock(lock_id, f"sales.t{index}")
+        self.held[lock_id] = f"/warehouse/sales.db/t{index}/"
+        return add_table(self.rig, index, lock_snapshot=[lock(lock_id)])
+
+    @rule(number=st.integers(0, 1), count=st.integers(1, 4), locked=st.booleans())
+    def vacuums(self, number: int, count: int, locked: bool) -> None:
+        for _ in range(count):
+            event = self._table(locked)
+            self.consumer.append(V, number, event)
+            self.expected.add(event.event_id)
+
+    @rule(number=st.integers(0, 1), due_s=st.sampled_from([-1.0, 0.0, 0.3, 1.0, 2.0, 3.5]), locked=st.booleans())
+    def envelope(self, number: int, due_s: float, locked: bool) -> None:
+        parked = self._table(locked)
+        now = self.rig.clock.now()
+        envelope = delay_envelope(
+            parked, Readiness(False, ()), now=now, interval_ms=2000, max_wait_s=3600, due=now + timedelta(seconds=due_s)
+        )
+        self.consumer.append(D, number, envelope)
+        self.expected.add(parked.event_id)
+
+    @rule()
+    def delay_topic_delivers(self) -> None:
+        published = self.rig.published(D)
+        for event in published[self.delivered :]:
+            self.consumer.append(D, zlib.crc32(event.table.encode()) % 2, event)
+        self.delivered = len(published)
+
+    @rule(data=st.data())
+    def reader_releases(self, data: st.DataObject) -> None:
+        if self.held:
+            lock_id = data.draw(st.sampled_from(sorted(self.held)))
+            self.rig.metastore.release(lock_id)
+            del self.held[lock_id]
+
+    @rule(down=st.booleans())
+    def metastore(self, down: bool) -> None:
+        self.rig.metastore.down = down
+
+    @rule(steps=st.integers(1, 5))
+    def step(self, steps: int) -> None:
+        for _ in range(steps):
+            self.loop.step()
+
+    @rule(seconds=st.sampled_from([0.1, 0.5, 1.0, 2.5]))
+    def time_passes(self, seconds: float) -> None:
+        self.rig.clock.advance(seconds)
+
+    @rule(count=st.integers(1, 2))
+    def kafka_refuses(self, count: int) -> None:
+        self.rig.bus.fail_next(count)
+
+    @rule(index=st.integers(0, 3))
+    def rebalance(self, index: int) -> None:
+        partition = self.partitions[index]
+        self.consumer.rebalance_revoke([partition])
+        self.consumer.rebalance_assign([partition])
+
+    @invariant()
+    def nothing_deleted_under_a_held_snapshot_lock(self) -> None:
+        for location in self.held.values():
+            assert not any(path.startswith(location) for path in self.rig.fs.deleted)
+
+    @invariant()
+    def never_early(self) -> None:
+        assert all(at >= due for _, _, _, at, due in self.handled.calls)
+
+    @invariant()
+    def no_offset_past_an_unacknowledged_outcome(self) -> None:
+        assert unanswered_below_commit(self.rig, self.consumer) == []
+
+    def teardown(self) -> None:
+        self.rig.bus._failures.clear()  # type: ignore[attr-defined]
+        self.rig.metastore.down = False
+        for lock_id in list(self.held):
+            self.rig.metastore.release(lock_id)
+        self.held.clear()
+        cleaned: set[uuid.UUID] = set()
+        for _ in range(3000):
+            self.loop.step()
+            self.delay_topic_delivers()
+            cleaned = {done.correlation_id for done in dones(self.rig)}
+            if cleaned >= self.expected and all(
+                self.consumer.committed.get(p, 0) == len(self.consumer.logs.get(p, [])) for p in self.partitions
+            ):
+                break
+        assert cleaned == self.expected
+        for partition in self.partitions:
+            assert self.consumer.committed.get(partition, 0) == len(self.consumer.logs.get(partition, []))
+        assert not self.rig.published(TOPICS.dead_letter)
+        assert len(self.rig.fs.deleted) == len(set(self.rig.fs.deleted))
+        assert unanswered_below_commit(self.rig, self.consumer) == []
+
+
+BatchedLoopMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+test_batched_loop_histories_lose_nothing_and_never_run_early = BatchedLoopMachine.TestCase
