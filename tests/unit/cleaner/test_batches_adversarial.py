@@ -491,6 +491,48 @@ def test_an_outcome_refused_for_good_does_not_stall_other_partitions_of_its_batc
     assert healthy.event_id in {done.correlation_id for done in dones(rig)}
 
 
+def test_two_workers_never_handle_one_tables_events_at_once_even_across_partitions() -> None:
+    """Records of one table on two partitions (a republish through another producer): with two workers
+    and one table per batch, the table's lane keeps its events one at a time, in each partition's order."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    shared_table = add_table(rig, 0)
+    for index in range(1, 7):
+        consumer.append(V, index % 2, add_table(rig, index))
+        consumer.append(V, index % 2, shared_table)
+    active: set[str] = set()
+    overlaps: list[str] = []
+    guard = threading.Lock()
+    inner = rig.handler.handle
+
+    def handle(work: Work, locks: Any) -> Any:
+        table = work.event.table  # type: ignore[union-attr]
+        with guard:
+            if table in active:
+                overlaps.append(table)
+            active.add(table)
+        try:
+            time.sleep(0.002)
+            return inner(work, locks)
+        finally:
+            with guard:
+                active.discard(table)
+
+    rig.handler.handle = handle  # type: ignore[method-assign]
+    with ThreadPoolExecutor(2) as pool:
+        loop = loop_over(rig, consumer, executor=pool, workers=2, batch_tables=1)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            loop.step()
+            time.sleep(0.002)
+            if consumer.committed.get((V, 0)) == 6 and consumer.committed.get((V, 1)) == 6:
+                break
+    assert overlaps == []
+    assert consumer.committed[(V, 0)] == 6 and consumer.committed[(V, 1)] == 6
+    assert len(rig.fs.deleted) == len(set(rig.fs.deleted)) == 21
+    assert unanswered_below_commit(rig, consumer) == []
+
+
 # -- a randomised history of the loop -----------------------------------------------------------------
 
 
@@ -594,6 +636,12 @@ class BatchedLoopMachine(RuleBasedStateMachine):
     def rebalance(self, index: int) -> None:
         partition = self.partitions[index]
         self.consumer.rebalance_revoke([partition])
+        self.consumer.rebalance_assign([partition])
+
+    @rule(index=st.integers(0, 3))
+    def partition_lost(self, index: int) -> None:
+        partition = self.partitions[index]
+        self.consumer.rebalance_lost([partition])
         self.consumer.rebalance_assign([partition])
 
     @invariant()
