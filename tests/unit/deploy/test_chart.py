@@ -21,11 +21,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 
+from acidclean.cli.initiator import initiator as initiator_command
+from acidclean.cli.vacuum_service import vacuum_service as vacuum_service_command
 from acidclean.consumers.cleaner_process import CLEANER_TOPICS, cleaner_group_id
 from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.producers.initiator.process import INITIATOR_TOPICS, initiator_group_id
+from acidclean.producers.vacuum_service import SERVICE_TOPICS, service_group_id
 from acidclean.shared.metastore_transport import kerberos_from_settings
 from acidclean.shared.settings import ENV_PREFIX, TopicNames, load_settings
 
@@ -338,3 +343,145 @@ def test_kerberos_settings_in_config_are_refused_for_kerberos_values() -> None:
     result = helm("template", "t", str(CHART), "--kube-version", KUBERNETES, "--set", keytab_in_config)
     assert result.returncode != 0
     assert "config.metastore_client_keytab: set Kerberos to the metastore with kerberos.*" in result.stderr
+
+
+# The initiator and the vacuum service (initiator.enabled, vacuumService.enabled; both off by default).
+COMPONENTS: dict[str, Any] = {"initiator": {"enabled": True}, "vacuumService": {"enabled": True, "master": "yarn"}}
+
+
+def deployments(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc for doc in of_kind(docs, "Deployment")}
+
+
+def parsed(command: click.Command, args: list[str], properties: Path) -> click.Context:
+    """The rendered container arguments as the real command parses them (without running it)."""
+    args = [str(properties) if arg == "/etc/acidclean/acidclean.properties" else arg for arg in args]
+    return command.make_context(command.name, args[1:])
+
+
+def test_the_initiator_and_vacuum_service_are_off_by_default_and_change_nothing_then() -> None:
+    off = ("initiator.enabled=false", "vacuumService.enabled=false")
+    template = ("template", "acidclean-analytics", str(CHART), "--kube-version", KUBERNETES)
+    default, explicit = helm(*template), helm(*template, *(f for s in off for f in ("--set", s)))
+    assert default.returncode == 0 and explicit.returncode == 0, default.stderr + explicit.stderr
+    assert default.stdout == explicit.stdout  # byte for byte
+    docs = render()
+    assert set(deployments(docs)) == {"cleaner"}
+    assert len(of_kind(docs, "PodDisruptionBudget")) == 1
+    (user,) = of_kind(docs, "KafkaUser")
+    acls = user["spec"]["authorization"]["acls"]
+    groups = [acl["resource"]["name"] for acl in acls if acl["resource"]["type"] == "group"]
+    assert groups == ["acidclean-cleaner.analytics", "acidclean-cleaner.analytics.dry-run"]
+
+
+@pytest.mark.parametrize("kerberos", [False, True], ids=["plain", "Kerberos"])
+def test_with_both_enabled_the_chart_lints_and_validates(kerberos: bool) -> None:
+    values = {**COMPONENTS, **(KERBEROS if kerberos else {})}
+    result = helm_with_values(values, "lint", str(CHART), "--kube-version", KUBERNETES, "--strict")
+    assert result.returncode == 0, result.stdout + result.stderr
+    docs = render(values=values)
+    validate_core(docs)
+    assert set(deployments(docs)) == {"cleaner", "initiator", "vacuum-service"}
+
+
+def test_the_initiator_and_vacuum_service_run_their_commands_in_their_images(tmp_path: Path) -> None:
+    docs = render("tenant=acme", values=COMPONENTS)
+    settings = load_settings(config_file=config_map_properties_of(docs, tmp_path), environ={})
+    by_component = deployments(docs)
+    cleaner = by_component["cleaner"]["spec"]["template"]["spec"]
+    (cleaner_container,) = cleaner["containers"]
+
+    initiator = by_component["initiator"]["spec"]["template"]["spec"]
+    (container,) = initiator["containers"]
+    assert container["image"] == cleaner_container["image"]  # pure Python: the cleaner image has all it needs
+    context = parsed(initiator_command, container["args"], tmp_path / "acidclean.properties")
+    assert container["args"][0] == "initiator"
+    assert context.params["sweep_interval"] == "5m"
+    assert initiator_group_id(settings.model_copy(update={"initiator_group_id": context.params["group"]})) == (
+        "acidclean-initiator.acme"
+    )
+
+    vacuum = by_component["vacuum-service"]["spec"]["template"]["spec"]
+    (container,) = vacuum["containers"]
+    assert container["image"] == "registry.example.com/acidclean-vacuum:0.1.0"  # pyspark and a JDK
+    assert container["args"][0] == "vacuum-service"
+    context = parsed(vacuum_service_command, container["args"], tmp_path / "acidclean.properties")
+    assert context.params["master"] == "yarn" and context.params["threads"] == 1
+    assert service_group_id(settings.model_copy(update={"vacuum_service_group_id": context.params["group"]})) == (
+        "acidclean-vacuum-service.acme"
+    )
+
+    for name in ("initiator", "vacuum-service"):
+        pod = by_component[name]["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        (port,) = container["ports"]
+        assert port["name"] == "metrics"
+        assert container["args"][container["args"].index("--metrics-port") + 1] == str(port["containerPort"])
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        # Locked down, configured and credentialed as the cleaner is.
+        assert pod["securityContext"] == cleaner["securityContext"]
+        assert container["securityContext"] == cleaner_container["securityContext"]
+        assert container["env"] == cleaner_container["env"]
+        assert container["volumeMounts"] == cleaner_container["volumeMounts"]
+        assert [v["name"] for v in pod["volumes"]] == [v["name"] for v in cleaner["volumes"]]
+        # Its own pods only: the cleaner's Service, PDB and KEDA never select them.
+        labels = by_component[name]["spec"]["template"]["metadata"]["labels"]
+        own = by_component[name]["metadata"]["name"]
+        (pdb,) = [p for p in of_kind(docs, "PodDisruptionBudget") if p["metadata"]["name"] == own]
+        assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        for selector in (of_kind(docs, "Service")[0]["spec"]["selector"], cleaner_selector(docs)):
+            assert not selector.items() <= labels.items()
+    (scaled,) = of_kind(docs, "ScaledObject")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == by_component["cleaner"]["metadata"]["name"]
+
+
+def cleaner_selector(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return deployments(docs)["cleaner"]["spec"]["selector"]["matchLabels"]
+
+
+def config_map_properties_of(docs: list[dict[str, Any]], directory: Path) -> Path:
+    (config_map,) = of_kind(docs, "ConfigMap")
+    properties = directory / "acidclean.properties"
+    properties.write_text(config_map["data"]["acidclean.properties"])
+    return properties
+
+
+def test_with_kerberos_the_new_components_mount_the_keytab_and_krb5_conf_too() -> None:
+    by_component = deployments(render(values={**COMPONENTS, **KERBEROS}))
+    cleaner = by_component["cleaner"]["spec"]["template"]
+    for name in ("initiator", "vacuum-service"):
+        template = by_component[name]["spec"]["template"]
+        volumes = [v for v in template["spec"]["volumes"] if v["name"] != "tmp"]  # the vacuum's /tmp is larger
+        assert volumes == [v for v in cleaner["spec"]["volumes"] if v["name"] != "tmp"]
+        assert template["spec"]["containers"][0]["volumeMounts"] == cleaner["spec"]["containers"][0]["volumeMounts"]
+        assert template["spec"]["containers"][0]["env"] == cleaner["spec"]["containers"][0]["env"]
+        assert {"keytab", "krb5"} <= {v["name"] for v in template["spec"]["volumes"]}
+        assert template["metadata"]["annotations"] == cleaner["metadata"]["annotations"]
+
+
+def test_the_kafka_user_grants_the_new_components_groups_and_topics(tmp_path: Path) -> None:
+    docs = render("tenant=acme", values=COMPONENTS)
+    settings = load_settings(config_file=config_map_properties_of(docs, tmp_path), environ={})
+    (user,) = of_kind(docs, "KafkaUser")
+    acls = user["spec"]["authorization"]["acls"]
+
+    def allowed(kind: str, name: str, operation: str) -> bool:
+        return any(
+            acl["resource"]["type"] == kind
+            and operation in acl["operations"]
+            and (
+                name.startswith(acl["resource"]["name"])
+                if acl["resource"]["patternType"] == "prefix"
+                else name == acl["resource"]["name"]
+            )
+            for acl in acls
+        )
+
+    for group in (initiator_group_id(settings), service_group_id(settings)):
+        assert allowed("group", group, "Read") and allowed("group", group, "Describe"), group
+    for topic in {*INITIATOR_TOPICS, *SERVICE_TOPICS}:
+        assert allowed("topic", settings.topic(topic), "Read") and allowed("topic", settings.topic(topic), "Write")
+    topics = {doc["spec"]["topicName"] for doc in of_kind(docs, "KafkaTopic")}
+    assert {settings.topic(name) for name in (*INITIATOR_TOPICS, *SERVICE_TOPICS)} <= topics
+    assert settings.topic("vacuum_requests") in topics

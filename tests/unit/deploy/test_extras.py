@@ -67,12 +67,32 @@ def test_the_blocker_hides_the_extras_from_the_child_only(without_extras: dict[s
 
 @pytest.mark.parametrize(
     "args",
-    [("--help",), ("cleaner", "--help"), ("audit", "--help"), ("stack", "--help"), ("acid-state", "--help")],
+    [
+        ("--help",),
+        ("cleaner", "--help"),
+        ("initiator", "--help"),
+        ("audit", "--help"),
+        ("stack", "--help"),
+        ("acid-state", "--help"),
+    ],
 )
 def test_the_commands_without_extras_start(without_extras: dict[str, str], args: tuple[str, ...]) -> None:
     result = acidclean(without_extras, *args)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_initiator_imports_nothing_of_the_extras(without_extras: dict[str, str]) -> None:
+    """It runs in the cleaner image (no pyspark): its whole module tree imports without the extras."""
+    code = (
+        "import pkgutil, sys, importlib\n"
+        "import acidclean.cli.initiator, acidclean.producers.initiator as p\n"
+        "for m in pkgutil.walk_packages(p.__path__, p.__name__ + '.'): importlib.import_module(m.name)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {EXTRA_MODULES!r}))\n"
+    )
+    child = subprocess.run([sys.executable, "-c", code], env=without_extras, capture_output=True, text=True)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(
@@ -83,8 +103,11 @@ def test_the_commands_without_extras_start(without_extras: dict[str, str], args:
         (("create-table", "sales.orders", "--columns", "id int"), "acidclean create-table needs the vacuum extra"),
         (("outbox", "list"), "acidclean outbox list needs the vacuum extra"),
         (("demo",), "acidclean demo needs the vacuum extra"),
-        (("audit", "sales.orders", "--plot", "t.png"), "acidclean audit --plot needs the plot extra: "
-         "pip install 'acidclean[plot]'"),
+        (("vacuum-service",), "acidclean vacuum-service needs the vacuum extra"),
+        (
+            ("audit", "sales.orders", "--plot", "t.png"),
+            "acidclean audit --plot needs the plot extra: pip install 'acidclean[plot]'",
+        ),
     ],
 )
 def test_a_command_that_needs_a_missing_extra_says_which_in_one_line(

@@ -4,24 +4,36 @@
 {{- end -}}
 
 {{- define "acidclean.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/component: cleaner
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
-acidclean.io/tenant: {{ .Values.tenant }}
+{{ include "acidclean.componentLabels" (dict "root" . "component" "cleaner") }}
 {{- end -}}
 
 {{- define "acidclean.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
-app.kubernetes.io/component: cleaner
+{{ include "acidclean.componentSelectorLabels" (dict "root" . "component" "cleaner") }}
+{{- end -}}
+
+{{/* The same for any component (cleaner, initiator, vacuum-service): dict "root" . "component" NAME. */}}
+{{- define "acidclean.componentLabels" -}}
+{{- $root := .root -}}
+app.kubernetes.io/name: {{ $root.Chart.Name }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/version: {{ $root.Chart.AppVersion | quote }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version }}
+acidclean.io/tenant: {{ $root.Values.tenant }}
+{{- end -}}
+
+{{- define "acidclean.componentSelectorLabels" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* The tenant's topic prefix, consumer group and topic names, as acidclean computes them. */}}
 {{- define "acidclean.topicPrefix" -}}{{ .Values.tenant }}.{{- end -}}
 {{- define "acidclean.group" -}}{{ .Values.kafka.groupId }}.{{ .Values.tenant }}{{- end -}}
+{{- define "acidclean.initiatorGroup" -}}{{ .Values.initiator.groupId }}.{{ .Values.tenant }}{{- end -}}
+{{- define "acidclean.vacuumServiceGroup" -}}{{ .Values.vacuumService.groupId }}.{{ .Values.tenant }}{{- end -}}
 {{- define "acidclean.vacuumTopic" -}}{{ include "acidclean.topicPrefix" . }}acid.vacuum.committed{{- end -}}
 {{- define "acidclean.kafkaUser" -}}{{ printf "acidclean-%s" .Values.tenant | trunc 63 | trimSuffix "-" }}{{- end -}}
 
