@@ -434,6 +434,11 @@ def test_the_initiator_and_vacuum_service_run_their_commands_in_their_images(tmp
             assert not selector.items() <= labels.items()
     (scaled,) = of_kind(docs, "ScaledObject")
     assert scaled["spec"]["scaleTargetRef"]["name"] == by_component["cleaner"]["metadata"]["name"]
+    # The vacuum service's first loop step waits for its SparkSession: liveness waits too, for it only.
+    (container,) = vacuum["containers"]
+    assert container["livenessProbe"]["initialDelaySeconds"] >= 60
+    assert "initialDelaySeconds" not in cleaner_container["livenessProbe"]
+    assert container["readinessProbe"] == cleaner_container["readinessProbe"]
 
 
 def cleaner_selector(docs: list[dict[str, Any]]) -> dict[str, str]:

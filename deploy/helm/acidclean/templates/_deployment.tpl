@@ -3,7 +3,7 @@ One component's Deployment (cleaner, initiator, vacuum-service): the same pod se
 metrics port's /healthz and /readyz, acidclean.properties, Kafka credentials and Kerberos mounts for
 all. Called with a dict: root (the chart's context), component (container name and label), name,
 image ({repository, tag, pullPolicy}), command (the acidclean subcommand), metricsPort, args (after
---config and --metrics-port), resources, terminationGracePeriodSeconds, tmpSizeLimit and, without an
+--config and --metrics-port), probes ({liveness, readiness}), resources, terminationGracePeriodSeconds, tmpSizeLimit and, without an
 autoscaler, replicas.
 */}}
 {{- define "acidclean.deployment" -}}
@@ -75,10 +75,10 @@ spec:
             - {name: metrics, containerPort: {{ .metricsPort }}, protocol: TCP}
           livenessProbe:
             httpGet: {path: /healthz, port: metrics}
-            {{- toYaml $root.Values.probes.liveness | nindent 12 }}
+            {{- toYaml (index .probes "liveness") | nindent 12 }}
           readinessProbe:
             httpGet: {path: /readyz, port: metrics}
-            {{- toYaml $root.Values.probes.readiness | nindent 12 }}
+            {{- toYaml (index .probes "readiness") | nindent 12 }}
           securityContext:
             allowPrivilegeEscalation: false
             readOnlyRootFilesystem: true
