@@ -361,6 +361,22 @@ class Watcher:
         with self._lock:
             return next((at for _, event, at in self.events if getattr(event, "event_id", None) == event_id), None)
 
+    def catch_up(self, timeout_s: float = 30.0) -> None:
+        """Wait until every record now on the watched topics has been read (the thread reads behind
+        the broker: a test that checks right after a process died must not see a partial log)."""
+        assignment = self._consumer.assignment()
+        ends = {
+            (tp.topic, tp.partition): self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            for tp in assignment
+        }
+
+        def read_to_end() -> bool:
+            positions = self._consumer.position(assignment)
+            return all(tp.offset >= ends[(tp.topic, tp.partition)] or ends[(tp.topic, tp.partition)] == 0
+                       for tp in positions)
+
+        self.wait_for(read_to_end, timeout_s, "the watcher to read what the topics hold")
+
     def wait_for(self, condition: Callable[[], Any], timeout_s: float = 30.0, what: str = "condition") -> Any:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -51,6 +51,7 @@ def test_a_batch_killed_mid_way_then_restarted_cleans_every_vacuum_once_and_noth
         processes.append(crashing)
         assert crashing.process.wait(90) == -signal.SIGKILL, crashing.log()
         assert f"SIGKILL at {crash_at}" in crashing.log()
+        watcher.catch_up()
         announced = [v for v in vacuums if watcher.started(v)]
         assert announced, "the batch was announced before its first delete"
         for table, vacuum in zip(tables, vacuums, strict=True):
