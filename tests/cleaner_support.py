@@ -316,9 +316,11 @@ class Watcher:
         )
         self._topics = {settings.topic(name): name for name in ("cleanup_delay", "cleanup_done", "dead_letter")}
         metadata = self._consumer.list_topics(timeout=10)
-        self._consumer.assign(
-            [TopicPartition(topic, p, 0) for topic in self._topics for p in metadata.topics[topic].partitions]
-        )
+        self._assignment = [
+            TopicPartition(topic, p, 0) for topic in self._topics for p in metadata.topics[topic].partitions
+        ]
+        self._consumer.assign(self._assignment)
+        self._read_to: dict[tuple[str, int], int] = {}  # next offset to read, per partition
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -331,6 +333,7 @@ class Watcher:
                 event = decode(raw_record(message), rejected_by="watcher", tenant=TENANT)
                 with self._lock:
                     self.events.append((self._topics[message.topic()], event, time.time()))
+                    self._read_to[(message.topic(), message.partition())] = message.offset() + 1
 
     def close(self) -> None:
         self._stop.set()
@@ -363,17 +366,22 @@ class Watcher:
 
     def catch_up(self, timeout_s: float = 30.0) -> None:
         """Wait until every record now on the watched topics has been read (the thread reads behind
-        the broker: a test that checks right after a process died must not see a partial log)."""
-        assignment = self._consumer.assignment()
-        ends = {
-            (tp.topic, tp.partition): self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-            for tp in assignment
-        }
+        the broker: a test that checks right after a process died must not see a partial log). The
+        ends are asked of a second client: the watcher's own is busy in its thread."""
+        probe = Consumer(
+            {"bootstrap.servers": self.settings.bootstrap_servers, "group.id": f"probe-{uuid.uuid4().hex}"}
+        )
+        try:
+            ends = {
+                (tp.topic, tp.partition): probe.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                for tp in self._assignment
+            }
+        finally:
+            probe.close()
 
         def read_to_end() -> bool:
-            positions = self._consumer.position(assignment)
-            return all(tp.offset >= ends[(tp.topic, tp.partition)] or ends[(tp.topic, tp.partition)] == 0
-                       for tp in positions)
+            with self._lock:
+                return all(self._read_to.get(where, 0) >= end for where, end in ends.items())
 
         self.wait_for(read_to_end, timeout_s, "the watcher to read what the topics hold")
 

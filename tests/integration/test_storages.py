@@ -258,6 +258,10 @@ def test_a_reader_listing_at_any_moment_during_a_vacuum_reads_the_same_rows(
     reader = threading.Thread(target=read_in_a_loop, daemon=True)
     reader.start()
     try:
+        # Under load one read can outlast the whole vacuum: start it once reads have been seen before it.
+        deadline = time.monotonic() + 120
+        while len(reads) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
         result = vacuum(table, table_settings(storage, table, kafka_bootstrap, tmp_path), spark,
                         full=storage.name != "s3")
         committed_at = len(reads)
