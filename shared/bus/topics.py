@@ -161,22 +161,38 @@ def check_topics(settings: Settings, names: Iterable[str] | None = None, *, time
     return TopicsReport(created=[], existing=existing)
 
 
+DESCRIBE_ATTEMPT_S = 5.0
+
+
 def check_group(settings: Settings, group: str, *, timeout_s: float = 30.0) -> None:
     """Check that this client may use consumer group ``group`` (a group not created yet passes)."""
-    admin = _admin(settings)
     deadline = time.monotonic() + timeout_s
+    admin = _admin(settings)
     while True:
-        future = admin.describe_consumer_groups([group], request_timeout=timeout_s)[group]
+        # Short attempts, each on a fresh client after a time-out: on a broker that has just started, a
+        # first FindCoordinator can stay unanswered in flight for the whole request time-out.
+        attempt_s = max(0.5, min(DESCRIBE_ATTEMPT_S, deadline - time.monotonic()))
+        future = admin.describe_consumer_groups([group], request_timeout=attempt_s)[group]
         try:
-            future.result(timeout_s)
+            future.result(attempt_s + 1.0)
             return
         except KafkaException as error:
             code = error.args[0].code()
             if code == KafkaError.GROUP_ID_NOT_FOUND:
                 return  # a group that never had a member (the new consumer protocol's answer): not a refusal
-            if code in COORDINATOR_STARTING and time.monotonic() < deadline:
+            if code in (*COORDINATOR_STARTING, KafkaError._TIMED_OUT) and time.monotonic() < deadline:
                 time.sleep(0.2)  # a fresh broker loads its group coordinator for a moment
+                admin = _admin(settings) if code == KafkaError._TIMED_OUT else admin
                 continue
+            if code == KafkaError._TIMED_OUT:
+                raise unreachable(settings.kafka, _describing(group, timeout_s)) from error
             raise refused(settings.kafka, error.args[0], group=group, doing="join") from error
         except Exception as error:  # concurrent.futures.TimeoutError
-            raise unreachable(settings.kafka, f"describing consumer group {group} within {timeout_s:g} s") from error
+            if time.monotonic() < deadline:
+                admin = _admin(settings)
+                continue
+            raise unreachable(settings.kafka, _describing(group, timeout_s)) from error
+
+
+def _describing(group: str, timeout_s: float) -> str:
+    return f"describing consumer group {group} within {timeout_s:g} s"
