@@ -355,4 +355,31 @@ def test_an_older_snapshot_reads_what_it_saw_or_lacks_history(history: list[tupl
                 continue
             groups, visible = read(model, state, snapshot.reader)
             assert max(groups.values(), default=1) == 1
+            if _hive4_base_at_min_open(state, snapshot.reader):
+                continue  # Hive 4's rule, pinned below: not the snapshot the reader took
             assert visible == snapshot.expected
+
+
+def _hive4_base_at_min_open(state: AcidState, reader: ValidWriteIdList) -> bool:
+    """Hive 4's isValidBase accepts a compacted base whose write id equals the reader's min open
+    write id (``<=``; test_acid_state_hive pins it, as Hive's own tests do). A snapshot taken while
+    that write was open and read after it committed and was compacted then reads the write."""
+    base = state.base
+    return base is not None and state.base_is_compacted and base.write_id == reader.min_open_write_id
+
+
+def test_an_older_snapshot_reads_the_write_it_saw_open_from_a_hive4_base_of_that_write() -> None:
+    """Found by hypothesis: write 2 open at the snapshot, then committed and compacted into base_2.
+    Following Hive 4 the old snapshot reads base_2, so it sees write 2's delete of write 1's rows;
+    strict snapshot isolation would show them (the known divergence, kept to read as Hive 4 does)."""
+    history = [
+        ("write", COMMITTED, 1, None), ("write", OPEN, 1, 0), ("finish_compaction", COMMITTED),
+        ("snapshot",), ("resolve", 0, COMMITTED), ("major", "none"),
+    ]
+    model = list(along(history))[-1]
+    [snapshot] = model.snapshots
+    state = acid_state(model.listing(), snapshot.reader, snapshot.txns)
+    assert state.base is not None and state.base.name == "base_0000002"
+    assert _hive4_base_at_min_open(state, snapshot.reader)
+    assert snapshot.expected == frozenset({(1, 0)})
+    assert read(model, state, snapshot.reader)[1] == frozenset()
