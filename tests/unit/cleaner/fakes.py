@@ -24,6 +24,7 @@ from acidclean.consumers.handler import (
     TableLockCheck,
     Work,
 )
+from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.schemas.common import EventBase
@@ -523,3 +524,28 @@ def vacuum(**changes: Any) -> VacuumCommitted:
     sales.orders, partition ds=2025-03-14, reader lock 7), claiming all three singles obsolete."""
     claims = ["delta_0000001_0000001_0000", "delta_0000002_0000002_0000", "delta_0000003_0000003_0000"]
     return factory_vacuum(**{"obsolete_directories": claims, **changes})
+
+
+def loop_over(rig: Rig, consumer: FakeConsumer, executor: Any = None, **config: Any) -> CleanerLoop:
+    """A loop over the vacuum topic's partitions 0 and 1 and the delay topic's 0, assigned and subscribed."""
+    vacuum_topic, delay_topic = TOPICS.vacuum_committed, TOPICS.cleanup_delay
+    loop = CleanerLoop(
+        consumer,
+        rig.handler,
+        LoopConfig(
+            vacuum_topic=vacuum_topic, delay_topic=delay_topic, tenant="acme", cleaner_id="c1", interval_ms=2000,
+            **config,
+        ),
+        executor=executor or InlineExecutor(),
+        metrics=rig.metrics,
+        clock=rig.clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(vacuum_topic, 0), (vacuum_topic, 1), (delay_topic, 0)])
+    return loop
+
+
+def run_for(loop: CleanerLoop, rig: Rig, seconds: float) -> None:
+    end = rig.clock.now_ms() + seconds * 1000
+    while rig.clock.now_ms() < end:
+        loop.step()

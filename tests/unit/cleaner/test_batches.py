@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.schemas.events import CleanupDone, CleanupRejected, CleanupStarted, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.errors import BusError
 
-from .fakes import TOPICS, FakeConsumer, InlineExecutor, Rig, lock, vacuum
+from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum
 
 pytestmark = [pytest.mark.rule5]
 
@@ -37,26 +36,6 @@ def add_table(rig: Rig, index: int) -> VacuumCommitted:
 @pytest.fixture
 def rig() -> Rig:
     return Rig()
-
-
-def loop_over(rig: Rig, consumer: FakeConsumer, executor: Any = None, **config: Any) -> CleanerLoop:
-    loop = CleanerLoop(
-        consumer,
-        rig.handler,
-        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, **config),
-        executor=executor or InlineExecutor(),
-        metrics=rig.metrics,
-        clock=rig.clock,
-    )
-    loop.subscribe()
-    consumer.rebalance_assign([(V, 0), (V, 1), (D, 0)])
-    return loop
-
-
-def run_for(loop: CleanerLoop, rig: Rig, seconds: float) -> None:
-    end = rig.clock.now_ms() + seconds * 1000
-    while rig.clock.now_ms() < end:
-        loop.step()
 
 
 class CountingBus:

@@ -31,7 +31,7 @@ from acidclean.shared.bus.codec import decode
 from acidclean.shared.errors import BusError
 from acidclean.shared.metastore import LockInfo
 
-from .fakes import LOCATION, T0, TOPICS, FakeConsumer, InlineExecutor, Rig, lock, vacuum
+from .fakes import LOCATION, T0, TOPICS, FakeConsumer, InlineExecutor, Rig, lock, loop_over, run_for, vacuum
 
 pytestmark = [pytest.mark.rule1, pytest.mark.rule5]
 
@@ -56,26 +56,6 @@ def add_table(rig: Rig, index: int, **changes: Any) -> VacuumCommitted:
     event = vacuum(**{**fields, **changes})
     rig.fs.mark_vacuum_output(event)
     return event
-
-
-def loop_over(rig: Rig, consumer: FakeConsumer, executor: Any = None, **config: Any) -> CleanerLoop:
-    loop = CleanerLoop(
-        consumer,
-        rig.handler,
-        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, **config),
-        executor=executor or InlineExecutor(),
-        metrics=rig.metrics,
-        clock=rig.clock,
-    )
-    loop.subscribe()
-    consumer.rebalance_assign([(V, 0), (V, 1), (D, 0)])
-    return loop
-
-
-def run_for(loop: CleanerLoop, rig: Rig, seconds: float) -> None:
-    end = rig.clock.now_ms() + seconds * 1000
-    while rig.clock.now_ms() < end:
-        loop.step()
 
 
 def dones(rig: Rig) -> list[CleanupDone]:
