@@ -131,6 +131,78 @@ class DelayEnvelope(EventBase):
         return self
 
 
+# At most this many vacuums in one DelayedVacuums: an envelope stays far below Kafka's default
+# message.max.bytes (1 MB) however many vacuums of one table wait (a vacuum is about 1 KB).
+MAX_WAITING_PER_ENVELOPE = 100
+
+
+class WaitingVacuum(StrictModel):
+    """One vacuum of a :class:`DelayedVacuums`: what a :class:`DelayEnvelope` says of its vacuum."""
+
+    vacuum: VacuumCommitted = Field(description="The vacuum event, carried unchanged.")
+    attempt: int = Field(ge=1, description="readyToClean checks made so far (this one included).")
+    locks_held: list[LockSnapshotEntry] = Field(
+        description="Locks of the snapshot still listed by the metastore at the last check."
+    )
+    check_error: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="Why the metastore could not answer (the check failed closed), or null.",
+    )
+    stuck: bool = Field(default=False, description="Waited longer than the cleaner's max wait.")
+    stuck_since: UtcDatetime | None = Field(default=None, description="When it was first reported stuck.")
+    open_txns: list[int] = Field(
+        default_factory=list,
+        max_length=100,
+        description="Transactions open since before the vacuum committed, still open at the last check.",
+    )
+
+    @model_validator(mode="after")
+    def _stuck_pair(self) -> WaitingVacuum:
+        if self.stuck != (self.stuck_since is not None):
+            raise ValueError("stuck and stuck_since must be set together")
+        return self
+
+
+class DelayedVacuums(EventBase):
+    """Several vacuums of one table (one Kafka key) whose snapshot locks were still held, checked
+    together again at ``due_at``: one record on the delay topic instead of one per vacuum.
+
+    The cleaner writes it when two or more vacuums of a key wait after the same check (one alone
+    still gets a :class:`DelayEnvelope`). Each vacuum keeps its own attempt count, locks held and
+    stuck state; ``merged_from`` names every event the envelope replaces (its ``causation_id`` is
+    the first). It has no ``correlation_id``: each waiting vacuum is its own flow.
+    """
+
+    event_type = "acidclean.cleanup.delayed-vacuums"
+
+    table: TableName = Field(description="The table, as db.table.")
+    due_at: UtcDatetime = Field(description="When to check again. Computed once, never pushed later.")
+    waiting: list[WaitingVacuum] = Field(
+        min_length=1,
+        max_length=MAX_WAITING_PER_ENVELOPE,
+        description="The waiting vacuums, oldest first, each with its own last check.",
+    )
+    merged_from: list[uuid.UUID] = Field(
+        default_factory=list,
+        description="The events (delay envelopes or vacuums) this envelope carries on, causation_id first.",
+    )
+
+    @model_validator(mode="after")
+    def _one_key(self) -> DelayedVacuums:
+        ids = set()
+        for item in self.waiting:
+            vacuum = item.vacuum
+            if (vacuum.tenant, vacuum.table, vacuum.partition) != (self.tenant, self.table, self.partition):
+                raise ValueError("every vacuum of a DelayedVacuums must have its tenant, table and partition")
+            if vacuum.event_id in ids:
+                raise ValueError(f"vacuum {vacuum.event_id} is listed twice in one DelayedVacuums")
+            ids.add(vacuum.event_id)
+        if self.correlation_id is not None:
+            raise ValueError("a DelayedVacuums has no correlation_id: each waiting vacuum is its own flow")
+        return self
+
+
 class RemovedDirectory(StrictModel):
     """One directory the cleaner deleted."""
 
@@ -360,6 +432,7 @@ class VacuumFailed(EventBase):
 Event = (
     VacuumCommitted
     | DelayEnvelope
+    | DelayedVacuums
     | CleanupStarted
     | CleanupDone
     | CleanupRejected
@@ -371,6 +444,7 @@ Event = (
 EVENT_CLASSES: tuple[type[EventBase], ...] = (
     VacuumCommitted,
     DelayEnvelope,
+    DelayedVacuums,
     CleanupStarted,
     CleanupDone,
     CleanupRejected,
@@ -384,6 +458,7 @@ EVENT_CLASS_BY_TYPE: dict[str, type[EventBase]] = {cls.event_type: cls for cls i
 TOPIC_FIELD: dict[type[EventBase], str] = {
     VacuumCommitted: "vacuum_committed",
     DelayEnvelope: "cleanup_delay",
+    DelayedVacuums: "cleanup_delay",
     CleanupStarted: "cleanup_done",  # on the done topic, so it stays in order with its CleanupDone
     CleanupDone: "cleanup_done",
     CleanupRejected: "dead_letter",

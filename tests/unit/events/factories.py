@@ -11,6 +11,7 @@ from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
     CleanupStarted,
+    DelayedVacuums,
     DelayEnvelope,
     DeltaCommitted,
     RawHeader,
@@ -23,6 +24,7 @@ from acidclean.schemas.events import (
     VacuumRequested,
     VacuumStarted,
     VacuumThresholds,
+    WaitingVacuum,
 )
 
 T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=timezone.utc)
@@ -75,6 +77,24 @@ def delay(of: VacuumCommitted, attempt: int = 1, **changes: Any) -> DelayEnvelop
     }
     fields.update(changes)
     return DelayEnvelope(**fields)
+
+
+def delayed_vacuums(*of: VacuumCommitted, attempt: int = 1, **changes: Any) -> DelayedVacuums:
+    """One envelope carrying every vacuum of ``of`` (all of one key), checked ``attempt`` times."""
+    first = of[0]
+    checked = max(v.occurred_at for v in of) + timedelta(seconds=2 * attempt)
+    fields: dict[str, Any] = {
+        "tenant": first.tenant,
+        "table": first.table,
+        "partition": first.partition,
+        "occurred_at": checked,
+        "causation_id": first.event_id,
+        "due_at": checked + timedelta(seconds=2),
+        "waiting": [WaitingVacuum(vacuum=v, attempt=attempt, locks_held=list(v.lock_snapshot)) for v in of],
+        "merged_from": [v.event_id for v in of],
+    }
+    fields.update(changes)
+    return DelayedVacuums(**fields)
 
 
 def done(of: VacuumCommitted, **changes: Any) -> CleanupDone:
@@ -220,6 +240,7 @@ def one_of_each() -> list[Any]:
         vacuum_started(r),
         v,
         delay(v),
+        delayed_vacuums(v, vacuum(table=v.table, partition=v.partition)),
         started(v),
         done(v),
         rejected(v),
