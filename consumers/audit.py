@@ -143,6 +143,20 @@ class AuditRow:
         }
 
 
+def _new_row(**fields: Any) -> AuditRow:
+    """``AuditRow(**fields)`` given every field, built in a third of the time.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: for 21 fields
+    that was 40% of the cost of a row, and the audit builds one per vacuum.
+    """
+    row = object.__new__(AuditRow)
+    row.__dict__.update(fields)
+    return row
+
+
+ROW_FIELDS = tuple(AuditRow.__dataclass_fields__)
+
+
 def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat().replace("+00:00", "Z")
 
@@ -219,24 +233,31 @@ class _History:
     last_event_at: datetime = EPOCH
 
     def add(self, event: AuditEvent, kind: str) -> None:
-        order = _order(event)
-        self.first = _earlier(event, order, self.first)
+        # Runs once per event: _order and _earlier inlined (a call costs as much as the comparison).
+        moment = event.occurred_at
+        order = (moment, str(event.event_id))
+        first = self.first
+        if first is None or order < first[0]:
+            self.first = (order, event)
         if event.table is not None:
-            self.first_with_table = _earlier(event, order, self.first_with_table)
-        if event.occurred_at > self.last_event_at:
-            self.last_event_at = event.occurred_at
+            first = self.first_with_table
+            if first is None or order < first[0]:
+                self.first_with_table = (order, event)
+        if moment > self.last_event_at:
+            self.last_event_at = moment
         # ``kind`` says which of the union it is (typing.cast would cost a call per event).
         typed: Any = event
-        if kind == "vacuum":
-            self.vacuum = _earlier(typed, order, self.vacuum)
-        elif kind == "delay":
-            rank = (typed.attempt, *order)
+        if kind == "delay":
+            rank = (typed.attempt, moment, order[1])
             if self.latest_delay is None or rank > self.latest_delay[0]:
                 self.latest_delay = (rank, typed)
-        elif kind == "started":
-            _keep_earliest(self.starts, typed)
+        elif kind == "vacuum":
+            if self.vacuum is None or order < self.vacuum[0]:
+                self.vacuum = (order, typed)
         elif kind == "done":
             _keep_earliest(self.dones, typed)
+        elif kind == "started":
+            _keep_earliest(self.starts, typed)
         elif kind == "rejected":
             self.rejection = _earlier(typed, order, self.rejection)
         elif kind == "requested":
@@ -269,11 +290,11 @@ class _History:
         requested = asked.requested[1] if asked.requested else None
         running = asked.running[1] if asked.running else None
         failure = asked.failure[1] if asked.failure else None
-        committed = self.has_vacuum()
+        committed = bool(self.vacuum or self.latest_delay or self.starts or self.dones)  # has_vacuum(), inlined
         latest = self.latest_delay[1] if self.latest_delay else None
         rejection = self.rejection[1] if self.rejection else None
-        dones = sorted(self.dones.values(), key=_order)
-        starts = sorted(self.starts.values(), key=_order)
+        dones = sorted(self.dones.values(), key=_order) if len(self.dones) > 1 else list(self.dones.values())
+        starts = sorted(self.starts.values(), key=_order) if len(self.starts) > 1 else list(self.starts.values())
         vacuum = self.vacuum[1] if self.vacuum else (latest.vacuum if latest else None)
         identified = vacuum or requested or (self.first_with_table[1] if self.first_with_table else first)
         # The latest start, unless a delay followed it (a delete that failed is delayed after its start).
@@ -319,7 +340,12 @@ class _History:
         else:
             request_id = str(first.correlation_id) if only_requested and first.correlation_id else None
         pending = latest is not None and started is None and state in ("waiting", "stuck", "overdue")
-        return AuditRow(
+        attempts = latest.attempt if latest else 0
+        for start in starts:
+            attempts = max(attempts, start.attempt)
+        for done in dones:
+            attempts = max(attempts, done.attempts)
+        return _new_row(
             vacuum_id=str(first.correlation_id) if first.correlation_id and not only_requested else None,
             tenant=identified.tenant,
             table=identified.table,
@@ -328,7 +354,7 @@ class _History:
             vacuum_time=vacuum.occurred_at if vacuum else None,
             new_directories=tuple(vacuum.new_directories) if vacuum else (),
             state=state,
-            attempts=max([latest.attempt if latest else 0] + [s.attempt for s in starts] + [d.attempts for d in dones]),
+            attempts=attempts,
             time_waited_ms=_time_waited(vacuum, started or latest, dones, state),
             directories_removed=tuple(removed),
             bytes_freed=sum(removed.values()),

