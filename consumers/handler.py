@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -48,11 +49,22 @@ from acidclean.consumers.rules.readiness import (
 )
 from acidclean.consumers.rules.verdicts import NotYet, Refusal
 from acidclean.consumers.scheduling import delay_envelope, next_due, vacuum_of
+from acidclean.consumers.waiting import (
+    GroupOut,
+    Member,
+    WaitingGroup,
+    WireWaiting,
+    build_groups,
+    entry_of_envelope,
+    still_waiting,
+    vacuum_id_of,
+)
 from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
     CleanupStarted,
+    DelayedVacuums,
     DelayEnvelope,
     RemovedDirectory,
     VacuumCommitted,
@@ -143,7 +155,7 @@ class Work:
     """One consumed record the loop handed over: its event (or the decoder's refusal) and position."""
 
     record: RawRecord
-    event: VacuumCommitted | DelayEnvelope | CleanupRejected
+    event: VacuumCommitted | DelayEnvelope | WaitingGroup | CleanupRejected
     generation: int = 0
     due_ms: int = 0
     received_ms: int = 0  # when the loop read it (for the lateness breakdown in debug logs)
@@ -281,6 +293,29 @@ class OutcomeBatch:
         self.tables: list[TableLockCheck] = []
         self.prepared: list[PreparedCleanup] = []
         self.outbox: list[_Outgoing] = []
+        # Published event id -> ids of the outcomes it carries (a group's delays, a group's ready vacuums).
+        self.carried_by: dict[str, set[str]] = {}
+
+    def carry(self, published: EventBase, outcome_id: object) -> None:
+        """``published`` carries (part of) the outcome whose event id is ``outcome_id``."""
+        self.carried_by.setdefault(str(published.event_id), set()).add(str(outcome_id))
+
+
+# A delay envelope built for a vacuum and not yet published: (the event checked, the answer, the envelope).
+_Pending = tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A vacuum of a DelayedVacuums still waiting after a check, for the key's next DelayedVacuums."""
+
+    source: uuid.UUID  # the record it came in
+    key: tuple[str, str, str | None]  # tenant, table, partition
+    entry: WireWaiting
+    checked_at: datetime
+    due_at: datetime
+    newly_stuck: bool
+    outcome_id: str  # the id of the Outcome event of the work it came from
 
 
 class TableLockCheck:
@@ -306,6 +341,9 @@ class TableLockCheck:
         self._due: datetime | None = None
         # Envelopes of this group, published together by CleanupHandler.flush_delays (one ack).
         self.pending: list[tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]] = []
+        # Vacuums of DelayedVacuums records still waiting after this check, merged by key at flush_batch.
+        self.waiting: list[_Waiting] = []
+        self._readers: set[int] | None = None
 
     @property
     def current_locks(self) -> list[LockInfo]:
@@ -359,6 +397,38 @@ class TableLockCheck:
             last = processed.locks_held if isinstance(processed, DelayEnvelope) else None
             return not_checked(vacuum.lock_snapshot, last, self._error or "no answer")
         return ready_to_clean(vacuum.lock_snapshot, self._locks, open_before)
+
+    def held_lock_ids(self) -> set[int] | str:
+        """The ids of the table's locks now listed, or why the metastore could not answer (fail closed)."""
+        if self._locks is None and self._error is None:
+            batch = self.batch
+            try:
+                if batch is not None and not batch.per_table:
+                    self._locks = batch.check.table_locks(self._table)
+                else:
+                    self._locks = self._handler.show_locks(self._table)
+            except MetastoreError as error:
+                self._error = f"metastore show_locks failed: {error}"
+        if self._locks is None:
+            return self._error or "no answer"
+        return {lock.lock_id for lock in self._locks}
+
+    def open_before(self, next_txn_id: int, visibility_commit: bool) -> tuple[int, ...] | str:
+        """:func:`open_transactions_before` for one vacuum, with the list of transactions that read
+        with locks computed once for the group; or why the metastore could not answer."""
+        try:
+            if self._all_locks is None:
+                batch = self.batch
+                self._all_locks = batch.check.all_locks() if batch is not None else self._handler.show_locks(None)
+            open_ids = self.transactions().open_ids
+        except MetastoreError as error:
+            return f"metastore check of open transactions failed: {error}"
+        if visibility_commit:
+            return tuple(sorted(txn for txn in open_ids if txn < next_txn_id))
+        if self._readers is None:
+            self._readers = {lock.txn_id for lock in self._all_locks if lock.lock_type == "SHARED_READ" and lock.txn_id}
+        readers = self._readers
+        return tuple(sorted(txn for txn in open_ids if txn < next_txn_id and txn not in readers))
 
     def due(self, now: datetime, interval_ms: int) -> datetime:
         """One due time for every envelope of this group, so they are checked together again (a new
@@ -414,6 +484,8 @@ class CleanupHandler:
         event = work.event
         if isinstance(event, CleanupRejected):
             return self._dead_letter(event, locks)
+        if isinstance(event, WaitingGroup):
+            return self._handle_group(work, event, locks)
         vacuum = vacuum_of(event)
         refusal = check_claims(vacuum)
         if refusal is not None:
@@ -488,24 +560,42 @@ class CleanupHandler:
         by event id (empty when it took them all): if the batch fails, each is published on its own, so
         one event Kafka refuses for good does not hold back the others' partitions."""
         outgoing, batch.outbox = batch.outbox, []
-        delays = [(locks, locks.pending) for locks in batch.tables if locks.pending]
-        for locks, _ in delays:
-            locks.pending = []
+        delays: list[list[_Pending]] = []
+        groups: list[tuple[GroupOut, list[_Waiting]]] = []
+        for locks in batch.tables:
+            classic, merged = self._merge_delays(locks.pending, locks.waiting)
+            locks.pending, locks.waiting = [], []
+            delays.append(classic)
+            groups.extend(merged)
         items = [
             (item.topic, item.event)
             for item in outgoing
             if not self.config.dry_run or isinstance(item.event, CleanupDone)
         ]
         if not self.config.dry_run:
-            items += [
-                (self.config.topics.cleanup_delay, envelope) for _, pending in delays for _, _, envelope in pending
-            ]
+            items += [(self.config.topics.cleanup_delay, envelope) for pending in delays for _, _, envelope in pending]
+            items += [(self.config.topics.cleanup_delay, out.event) for out, _ in groups]
+        for out, members in groups:
+            for member in members:
+                batch.carry(out.event, member.outcome_id)
         failed = self._publish_isolating(items)
         for item in outgoing:
             if str(item.event.event_id) not in failed:
                 item.after()
-        for _, pending in delays:
+        for pending in delays:
             self._delays_published([entry for entry in pending if str(entry[2].event_id) not in failed])
+        for out, members in groups:
+            error = failed.get(str(out.event.event_id))
+            if error is None:
+                self._group_published(out, members)
+        # An outcome that went out inside another record fails with it: a work is finished only once
+        # every record carrying its outcome was acknowledged.
+        for published, outcome_ids in batch.carried_by.items():
+            error = failed.get(published)
+            if error is not None:
+                for outcome_id in outcome_ids:
+                    failed.setdefault(outcome_id, error)
+        batch.carried_by.clear()
         if any(isinstance(item.event, CleanupDone) and str(item.event.event_id) not in failed for item in outgoing):
             self._crash.reached("after-done")
         return failed
@@ -598,8 +688,12 @@ class CleanupHandler:
         """Dead-letter an event whose handling failed ``tries`` times with ``error`` (not a ``BusError``):
         the rejection names the event and the error. Returns once acknowledged (raises ``BusError`` if not)."""
         event = work.event
-        processed = None if isinstance(event, CleanupRejected) else event
-        what = "the dead letter of a refused record" if processed is None else f"{event.event_type} {event.event_id}"
+        processed = None if isinstance(event, CleanupRejected | WaitingGroup) else event
+        what = (
+            "the dead letter of a refused record"
+            if isinstance(event, CleanupRejected)
+            else f"{event.event_type} {event.event_id}"
+        )
         reason = f"handling {what} failed {tries} time(s): {type(error).__name__}: {error}"
         rejected = reject(
             work.record,
@@ -644,6 +738,206 @@ class CleanupHandler:
         )
         locks.pending.append((processed, readiness, envelope))
         return Outcome("delayed", envelope, deferred=True)
+
+    def _handle_group(self, work: Work, group: WaitingGroup, locks: TableLockCheck) -> Outcome:
+        """One check of every vacuum of a DelayedVacuums, without the event models: the ones still
+        waiting go to the key's next DelayedVacuums (at flush_batch, with the batch's other delays of
+        the key), each one found ready leaves as a DelayEnvelope due at once, to be checked again and
+        cleaned alone and in order by the usual path."""
+        now = self._clock.now()
+        due = locks.due(now, self.config.interval_ms)
+        held = locks.held_lock_ids()
+        table_error = held if isinstance(held, str) else None
+        held_ids = None if isinstance(held, str) else held
+        key = (group.tenant, group.table, group.partition)
+        ready: list[Member] = []
+        for member in group.members:
+            view = member.view
+            error = table_error
+            open_txns: tuple[int, ...] = ()
+            if error is None and held_ids is not None:
+                visibility_commit = any("_v" in name for name in view.new_directories) and (
+                    committed_through_transaction(view.new_directories)
+                )
+                txn_rule = (self.config.wait_for_open_txns or visibility_commit) and view.next_txn_id is not None
+                if txn_rule:
+                    assert view.next_txn_id is not None
+                    answer = locks.open_before(view.next_txn_id, visibility_commit)
+                    if isinstance(answer, str):
+                        error = answer
+                    else:
+                        open_txns = answer
+                if error is None and not open_txns and not any(lock_id in held_ids for lock_id in member.lock_ids):
+                    ready.append(member)
+                    continue
+            entry = still_waiting(
+                member,
+                held_ids=None if error is not None else held_ids,
+                check_error=None if error is None else fit_field(DelayEnvelope, "check_error", error),
+                open_txns=open_txns,
+                now=now,
+                max_wait_s=self.config.max_wait_s,
+            )
+            newly_stuck = entry.stuck and not member.wire.stuck
+            locks.waiting.append(_Waiting(group.event_id, key, entry, now, due, newly_stuck, str(group.event_id)))
+        shell = DelayedVacuums.model_construct(
+            event_id=group.event_id,
+            tenant=group.tenant,
+            table=group.table,
+            partition=group.partition,
+            occurred_at=group.occurred_at,
+            causation_id=None,
+            correlation_id=None,
+            due_at=due,
+            waiting=[],
+            merged_from=[],
+        )
+        for member in ready:
+            self._leave_group(work, group, member, now, locks)
+        return Outcome("delayed", shell, deferred=True)
+
+    def _leave_group(
+        self, work: Work, group: WaitingGroup, member: Member, now: datetime, locks: TableLockCheck
+    ) -> None:
+        """A vacuum found ready in a group: its own DelayEnvelope, due now (validated by the models here,
+        once; a vacuum they refuse is dead-lettered with the group's record)."""
+        wire = member.wire
+        try:
+            vacuum = VacuumCommitted.model_validate_json(bytes(wire.vacuum))
+            envelope = DelayEnvelope(
+                event_id=derived_event_id(group.event_id, f"ready:{member.vacuum_id}"),
+                tenant=vacuum.tenant,
+                table=vacuum.table,
+                partition=vacuum.partition,
+                occurred_at=now,
+                causation_id=group.event_id,
+                correlation_id=vacuum.event_id,
+                vacuum=vacuum,
+                attempt=wire.attempt + 1,
+                due_at=now,
+                locks_held=[],
+                stuck=wire.stuck,
+                stuck_since=None if wire.stuck_since is None else datetime.fromisoformat(wire.stuck_since),
+            )
+        except ValueError as error:  # pydantic's ValidationError is one
+            # The record goes to the dead letters whole (nothing lost); its other vacuums wait on.
+            rejected = reject(
+                work.record,
+                "invalid_event",
+                f"vacuum {member.vacuum_id} of DelayedVacuums {group.event_id} is not a valid VacuumCommitted: {error}",
+                rejected_by=self.config.cleaner_id,
+                tenant=self.config.tenant,
+                now=self._clock.now,
+            )
+            self._dead_letter(rejected, locks)
+            published: EventBase = rejected
+        else:
+            self._emit(self.config.topics.cleanup_delay, envelope, lambda: self._left_group(envelope), locks)
+            published = envelope
+        if locks.batch is not None:
+            locks.batch.carry(published, group.event_id)
+
+    def _left_group(self, envelope: DelayEnvelope) -> None:
+        self._metrics.events.labels("ready_in_group").inc()
+        log(
+            LOGGER,
+            logging.INFO,
+            "ready; handed back from its group to be cleaned",
+            event_id=envelope.causation_id,
+            vacuum_id=envelope.correlation_id,
+            table=envelope.table,
+            partition=envelope.partition,
+            attempt=envelope.attempt,
+        )
+
+    def _merge_delays(
+        self,
+        pending: list[_Pending],
+        waiting: list[_Waiting],
+    ) -> tuple[list[_Pending], list[tuple[GroupOut, list[_Waiting]]]]:
+        """One batch's delays of one lane: a key with a single waiting vacuum keeps its DelayEnvelope;
+        the vacuums of a key with several (or of a DelayedVacuums) go out in DelayedVacuums records."""
+        by_key: dict[tuple[str, str, str | None], list[_Waiting]] = {}
+        for item in waiting:
+            by_key.setdefault(item.key, []).append(item)
+        classic_by_key: dict[tuple[str, str, str | None], list[_Pending]] = {}
+        for entry in pending:
+            envelope = entry[2]
+            classic_by_key.setdefault((envelope.tenant, envelope.table, envelope.partition), []).append(entry)
+        classic: list[_Pending] = []
+        for key, entries in classic_by_key.items():
+            if len(entries) == 1 and key not in by_key:
+                classic.extend(entries)
+                continue
+            for processed, _, envelope in entries:
+                source = processed.event_id
+                by_key.setdefault(key, []).append(
+                    _Waiting(
+                        source,
+                        key,
+                        entry_of_envelope(envelope),
+                        envelope.occurred_at,
+                        envelope.due_at,
+                        envelope.stuck and not (isinstance(processed, DelayEnvelope) and processed.stuck),
+                        str(envelope.event_id),
+                    )
+                )
+        merged: list[tuple[GroupOut, list[_Waiting]]] = []
+        for (tenant, table, partition), items in by_key.items():
+            items.sort(key=lambda item: item.checked_at)
+            sources = list(dict.fromkeys(item.source for item in items))
+            outs = build_groups(
+                tenant=tenant,
+                table=table,
+                partition=partition,
+                entries=[item.entry for item in items],
+                sources=sources,
+                checked_at=min(item.checked_at for item in items),
+                due_at=max(item.due_at for item in items),
+            )
+            for index, out in enumerate(outs):
+                members = items[index * len(outs[0].entries) : index * len(outs[0].entries) + len(out.entries)]
+                merged.append((out, members))
+        return classic, merged
+
+    def _group_published(self, out: GroupOut, members: Sequence[_Waiting]) -> None:
+        self._metrics.requeues.inc(len(members))
+        self._metrics.events.labels("delayed").inc(len(members))
+        errors = sum(1 for item in members if item.entry.check_error is not None)
+        if errors:
+            self._metrics.check_errors.inc(errors)
+        event = out.event
+        stuck = [item for item in members if item.entry.stuck]
+        if stuck:
+            self._metrics.stuck_checks.inc(len(stuck))
+            with self._stuck_lock:
+                for item in stuck:
+                    self._stuck[_vacuum_id(item.entry)] = time.time()
+        for item in stuck:
+            if item.newly_stuck:
+                log(
+                    LOGGER,
+                    logging.WARNING,
+                    f"vacuum waiting longer than the max wait {self.config.max_wait_s:g} s; still waiting",
+                    stuck=True,
+                    vacuum_id=_vacuum_id(item.entry),
+                    table=event.table,
+                    partition=event.partition,
+                    attempt=item.entry.attempt,
+                    stuck_since=item.entry.stuck_since,
+                )
+        log(
+            LOGGER,
+            logging.INFO,
+            f"not ready; {len(members)} vacuum(s) delayed together",
+            outcome="delayed",
+            event_id=event.event_id,
+            table=event.table,
+            partition=event.partition,
+            vacuums=len(members),
+            due_at=event.due_at.isoformat(),
+            dry_run=self.config.dry_run or None,
+        )
 
     def flush_delays(self, locks: TableLockCheck) -> None:
         """Publish the group's delay envelopes in one batch; returns once the broker has them all."""
@@ -1031,6 +1325,10 @@ def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> 
         if written is not None and written > latest:
             latest = written
     return latest + COMMIT_MARGIN
+
+
+def _vacuum_id(entry: WireWaiting) -> str:
+    return vacuum_id_of(entry)
 
 
 def _attempt(processed: VacuumCommitted | DelayEnvelope) -> int:

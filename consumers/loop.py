@@ -67,13 +67,15 @@ from acidclean.consumers.handler import CleanupHandler, Outcome, Work
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.scheduling import clamp_due_ms, due_time_problem, poll_timeout_s
-from acidclean.schemas.events import CleanupRejected, DelayEnvelope, VacuumCommitted
-from acidclean.shared.bus.codec import decode, due_at_ms, header_due_at_ms, reject
+from acidclean.consumers.waiting import WaitingGroup, group_of_model, read_group
+from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
+from acidclean.shared.bus.codec import CE_TYPE, decode, due_at_ms, header_due_at_ms, reject
 from acidclean.shared.bus.records import RawRecord, raw_record
 from acidclean.shared.errors import BusError
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 Partition = tuple[str, int]
+_GROUP_TYPE = DelayedVacuums.event_type.encode()
 LATE_MS = 100  # re-checks later than this are logged (DEBUG) with where the time went
 
 
@@ -210,7 +212,7 @@ class CleanerLoop:
         self._guard = threading.Lock()  # states' generation/accepting and the executing counts
         self._executing: dict[tuple[Partition, int], int] = {}
         self._generations = itertools.count(1)
-        self._pending: dict[str, tuple[float, float]] = {}  # vacuum id -> (committed at, last seen), for metrics
+        self._pending: dict[str, tuple[float, float]] = {}  # lane -> (oldest committed at, last seen), for metrics
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
         self.abandoned_close = False  # the broker did not answer the final commit and group leave
@@ -351,9 +353,15 @@ class CleanerLoop:
 
     def _work(self, record: RawRecord, generation: int, now: int) -> Work:
         on_delay_topic = record.topic == self.config.delay_topic
-        expected = (DelayEnvelope,) if on_delay_topic else (VacuumCommitted,)
-        event = decode(record, rejected_by=self.config.cleaner_id, tenant=self.config.tenant, expected=expected)
-        if not isinstance(event, DelayEnvelope):
+        event: Any = None
+        if on_delay_topic and _header(record, CE_TYPE) == _GROUP_TYPE:
+            event = read_group(record, self.config.tenant)  # without the models; None: they decide
+        if event is None:
+            expected = (DelayEnvelope, DelayedVacuums) if on_delay_topic else (VacuumCommitted,)
+            event = decode(record, rejected_by=self.config.cleaner_id, tenant=self.config.tenant, expected=expected)
+            if isinstance(event, DelayedVacuums):
+                event = group_of_model(event)
+        if not isinstance(event, DelayEnvelope | WaitingGroup):
             assert isinstance(event, VacuumCommitted | CleanupRejected)
             return Work(record, event, generation, 0, now)
         due = header_due_at_ms(record)
@@ -366,7 +374,7 @@ class CleanerLoop:
                 problem,
                 rejected_by=self.config.cleaner_id,
                 tenant=self.config.tenant,
-                event=event,
+                event=event if isinstance(event, DelayEnvelope) else None,
             )
             return Work(record, refused, generation, 0, now)
         clamped = clamp_due_ms(due, now, self.config.interval_ms)
@@ -381,7 +389,7 @@ class CleanerLoop:
                 vacuum_id=event.correlation_id,
                 table=event.table,
                 partition=event.partition,
-                attempt=event.attempt,
+                attempt=getattr(event, "attempt", None),
                 due_at=event.due_at.isoformat(),
                 clamped_to=_ms_iso(clamped),
                 topic=record.topic,
@@ -396,7 +404,7 @@ class CleanerLoop:
             return  # read again after a rewind: it has been due since the first time
         committed_at = None
         if not isinstance(work.event, CleanupRejected):
-            committed_at = (work.event.vacuum if isinstance(work.event, DelayEnvelope) else work.event).occurred_at
+            committed_at = _committed_at(work.event)
         state.tracked[work.offset] = _Tracked(
             work.due_ms or work.received_ms, None if committed_at is None else committed_at.timestamp()
         )
@@ -643,7 +651,18 @@ class CleanerLoop:
                 event_id=getattr(work.event, "event_id", None),
                 error=f"{type(error).__name__}: {error}",
             )
-            return _Finished(work, Outcome("dropped", work.event))
+            dropped = (
+                work.event
+                if not isinstance(work.event, WaitingGroup)
+                else reject(
+                    work.record,
+                    "other",
+                    "could not dead-letter",
+                    rejected_by=self.config.cleaner_id,
+                    tenant=self.config.tenant,
+                )
+            )
+            return _Finished(work, Outcome("dropped", dropped))
 
     def _begin(self, work: Work) -> bool:
         with self._guard:
@@ -701,10 +720,10 @@ class CleanerLoop:
         state.in_flight.discard(work.offset)
         state.tracked.pop(work.offset, None)
         if item.outcome.kind in ("cleaned", "table_dropped", "dead_lettered", "dry_run", "dropped") and not isinstance(
-            work.event, CleanupRejected
+            work.event, CleanupRejected | WaitingGroup
         ):
             with self._pending_lock:
-                self._pending.pop(str(work.event.correlation_id), None)
+                self._pending.pop(work.lane, None)
 
     def _rewind(self, partition: Partition, state: PartitionState) -> None:
         """Re-read a partition from its lowest unfinished offset after one interval."""
@@ -831,11 +850,16 @@ class CleanerLoop:
     # -- gauges ------------------------------------------------------------------------------------
 
     def _note_pending(self, work: Work) -> None:
+        """Remember the oldest vacuum seen waiting, per lane (not per vacuum: memory stays per table)."""
         if isinstance(work.event, CleanupRejected):
             return
-        vacuum = work.event.vacuum if isinstance(work.event, DelayEnvelope) else work.event
+        committed, now = _committed_at(work.event).timestamp(), self._clock.now_ms() / 1000
+        horizon = now - max(60.0, 3 * self.config.interval_ms / 1000)
         with self._pending_lock:
-            self._pending[str(vacuum.event_id)] = (vacuum.occurred_at.timestamp(), self._clock.now_ms() / 1000)
+            known = self._pending.get(work.lane)
+            if known is not None and known[1] >= horizon:
+                committed = min(committed, known[0])
+            self._pending[work.lane] = (committed, now)
 
     def paused_count(self) -> float:
         return float(sum(1 for state in list(self._states.values()) if state.paused_until_ms is not None))
@@ -872,6 +896,20 @@ class CleanerLoop:
     @property
     def states(self) -> dict[Partition, PartitionState]:
         return self._states
+
+
+def _committed_at(event: VacuumCommitted | DelayEnvelope | WaitingGroup) -> datetime:
+    """When the (oldest) vacuum of an event committed."""
+    if isinstance(event, WaitingGroup):
+        return event.oldest_commit
+    return (event.vacuum if isinstance(event, DelayEnvelope) else event).occurred_at
+
+
+def _header(record: RawRecord, name: str) -> bytes | None:
+    for key, value in record.headers:
+        if key == name:
+            return value
+    return None
 
 
 def _position(work: Work) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from acidclean.schemas.common import (
     EventBase,
@@ -187,6 +187,17 @@ class DelayedVacuums(EventBase):
         default_factory=list,
         description="The events (delay envelopes or vacuums) this envelope carries on, causation_id first.",
     )
+
+    # The JSON to publish, when the cleaner wrote it without the models (acidclean.consumers.waiting):
+    # the codec sends these bytes instead of dumping the model.
+    _wire_value: bytes | None = PrivateAttr(default=None)
+
+    def attach_wire_value(self, value: bytes) -> None:
+        self._wire_value = value
+
+    @property
+    def wire_value(self) -> bytes | None:
+        return self._wire_value
 
     @model_validator(mode="after")
     def _one_key(self) -> DelayedVacuums:

@@ -36,6 +36,7 @@ from acidclean.schemas.common import (
 from acidclean.schemas.events import (
     EVENT_CLASS_BY_TYPE,
     CleanupRejected,
+    DelayedVacuums,
     DelayEnvelope,
     Event,
     RawHeader,
@@ -124,6 +125,11 @@ def encode(event: EventBase, *, source: str = DEFAULT_SOURCE) -> OutgoingRecord:
     if isinstance(event, DelayEnvelope):
         headers.append((DUE_AT, due_at_ms(event.due_at).to_bytes(8, "big", signed=True)))
         headers.append((ATTEMPT, str(event.attempt).encode()))
+    elif isinstance(event, DelayedVacuums):
+        headers.append((DUE_AT, due_at_ms(event.due_at).to_bytes(8, "big", signed=True)))
+        value = event.wire_value
+        if value is not None:
+            return OutgoingRecord(key=key, value=value, headers=tuple(headers))
     return OutgoingRecord(key=key, value=event.model_dump_json().encode("utf-8"), headers=tuple(headers))
 
 
@@ -276,7 +282,7 @@ def _check_envelope(record: RawRecord, headers: dict[str, str], event: EventBase
         raise _Refused("header_mismatch", f"ce_time {headers.get(CE_TIME)!r} is not an RFC 3339 time") from None
     if ce_time.tzinfo is None or ce_time != event.occurred_at:
         raise _Refused("header_mismatch", f"ce_time {headers.get(CE_TIME)!r} is not occurred_at")
-    if isinstance(event, DelayEnvelope) and header_due_at_ms(record) != due_at_ms(event.due_at):
+    if isinstance(event, DelayEnvelope | DelayedVacuums) and header_due_at_ms(record) != due_at_ms(event.due_at):
         raise _Refused("invalid_due_time", "x-due-at is missing or disagrees with due_at")
 
 

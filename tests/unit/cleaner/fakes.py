@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
@@ -28,7 +29,7 @@ from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.schemas.common import EventBase
-from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayEnvelope, Event, VacuumCommitted
+from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayedVacuums, DelayEnvelope, Event, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.memory import InMemoryBus
@@ -533,7 +534,11 @@ def loop_over(rig: Rig, consumer: FakeConsumer, executor: Any = None, **config: 
         consumer,
         rig.handler,
         LoopConfig(
-            vacuum_topic=vacuum_topic, delay_topic=delay_topic, tenant="acme", cleaner_id="c1", interval_ms=2000,
+            vacuum_topic=vacuum_topic,
+            delay_topic=delay_topic,
+            tenant="acme",
+            cleaner_id="c1",
+            interval_ms=2000,
             **config,
         ),
         executor=executor or InlineExecutor(),
@@ -549,3 +554,14 @@ def run_for(loop: CleanerLoop, rig: Rig, seconds: float) -> None:
     end = rig.clock.now_ms() + seconds * 1000
     while rig.clock.now_ms() < end:
         loop.step()
+
+
+def waiting_vacuum_ids(events: Iterable[Any]) -> list[uuid.UUID]:
+    """The vacuums parked by delay records: a DelayEnvelope's, and every one a DelayedVacuums carries."""
+    ids: list[uuid.UUID] = []
+    for event in events:
+        if isinstance(event, DelayEnvelope):
+            ids.append(event.vacuum.event_id)
+        elif isinstance(event, DelayedVacuums):
+            ids.extend(item.vacuum.event_id for item in event.waiting)
+    return ids

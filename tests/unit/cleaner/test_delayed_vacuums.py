@@ -1,0 +1,361 @@
+"""DelayedVacuums (issue 14): several waiting vacuums of one key parked in one delay record, re-checked
+without the event models, and handed back one by one when ready. The rules it must keep: never early
+(a record is checked no sooner than its due time), never clean while a snapshot lock is held (rule 1),
+fail closed when the metastore cannot answer, offsets only past acknowledged outcomes, nothing lost."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from acidclean.consumers.waiting import build_groups, entry_of_envelope, read_group, still_waiting
+from acidclean.schemas.events import (
+    CleanupDone,
+    CleanupRejected,
+    DelayedVacuums,
+    DelayEnvelope,
+    VacuumCommitted,
+)
+from acidclean.shared.acid.names import delta_name
+from acidclean.shared.bus.codec import decode, encode
+from acidclean.shared.bus.records import RawRecord
+
+from .fakes import LOCATION, TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum, waiting_vacuum_ids
+
+pytestmark = [pytest.mark.rule1, pytest.mark.rule5]
+
+V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
+SINGLES = ["delta_0000001_0000001_0000", "delta_0000002_0000002_0000", "delta_0000003_0000003_0000"]
+
+
+def forward_delays(rig: Rig, consumer: FakeConsumer, seen: list[int]) -> list[RawRecord]:
+    """Copy the delay records published since the last call into the consumer's delay partition 0,
+    byte for byte (headers included): the loop reads what the handler wrote."""
+    records = rig.bus.records.get(D, [])
+    fresh = records[seen[0] :]
+    seen[0] = len(records)
+    log = consumer.logs.setdefault((D, 0), [])
+    copied = []
+    for record in fresh:
+        copy = RawRecord(D, 0, len(log), record.key, record.value, record.headers)
+        log.append(copy)
+        copied.append(copy)
+    return copied
+
+
+def groups(rig: Rig) -> list[DelayedVacuums]:
+    return [event for event in rig.published(D) if isinstance(event, DelayedVacuums)]
+
+
+def envelopes(rig: Rig) -> list[DelayEnvelope]:
+    return [event for event in rig.published(D) if isinstance(event, DelayEnvelope)]
+
+
+def dones(rig: Rig) -> list[CleanupDone]:
+    return [event for event in rig.published(TOPICS.cleanup_done) if isinstance(event, CleanupDone)]
+
+
+def three_waiting(rig: Rig) -> list[VacuumCommitted]:
+    """Three successive minor vacuums of sales.orders/ds=2025-03-14 (deltas 1-3, 4-6, 7-9, each over
+    its three single deltas), each with reader lock 7 in its snapshot."""
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    events = []
+    for i in range(3):
+        singles = [delta_name(w, w, 0) for w in range(3 * i + 1, 3 * i + 4)]
+        compacted = delta_name(3 * i + 1, 3 * i + 3)
+        rig.fs.add_acid_dirs(LOCATION, [*singles, compacted])
+        events.append(
+            vacuum(
+                event_id=uuid.uuid4(),
+                vacuum_job_id=f"job-{i}",
+                new_directories=[compacted],
+                obsolete_directories=singles,
+                highest_write_id=3 * i + 3,
+            )
+        )
+    for event in events:
+        rig.fs.mark_vacuum_output(event)
+    return events
+
+
+def test_vacuums_of_one_key_waiting_after_one_check_share_one_delay_record() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    run_for(loop, rig, 0.1)
+    [group] = groups(rig)
+    assert envelopes(rig) == []
+    assert [item.vacuum for item in group.waiting] == events
+    assert [item.attempt for item in group.waiting] == [1, 1, 1]
+    assert all([entry.lock_id for entry in item.locks_held] == [7] for item in group.waiting)
+    assert group.due_at == group.occurred_at + timedelta(milliseconds=2000)
+    assert set(group.merged_from) == {event.event_id for event in events}
+    assert consumer.committed[(V, 0)] == 3
+    assert rig.fs.deleted == []
+
+
+def test_a_group_is_checked_again_at_its_due_time_and_parked_again_while_the_lock_is_held() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    loop.step()
+    forward_delays(rig, consumer, seen)
+    run_for(loop, rig, 1.5)
+    assert len(groups(rig)) == 1  # not yet due: never early
+    run_for(loop, rig, 1.0)
+    first, second = groups(rig)
+    assert second.occurred_at >= first.due_at
+    assert second.causation_id == first.event_id and second.merged_from == [first.event_id]
+    assert [item.attempt for item in second.waiting] == [2, 2, 2]
+    assert [item.vacuum.event_id for item in second.waiting] == [event.event_id for event in events]
+    assert second.due_at == second.occurred_at + timedelta(milliseconds=2000)
+    assert consumer.committed[(D, 0)] == 1
+    assert rig.fs.deleted == []
+
+
+def test_once_the_lock_is_released_each_vacuum_leaves_its_group_and_is_cleaned_in_order() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    loop.step()
+    forward_delays(rig, consumer, seen)
+    rig.metastore.release(7)
+    run_for(loop, rig, 2.5)
+    handed_back = envelopes(rig)
+    assert [e.vacuum.event_id for e in handed_back] == [event.event_id for event in events]
+    assert all(e.due_at == e.occurred_at and e.locks_held == [] and e.attempt == 2 for e in handed_back)
+    forward_delays(rig, consumer, seen)
+    run_for(loop, rig, 1.0)
+    assert [done.correlation_id for done in dones(rig)] == [event.event_id for event in events]
+    assert sorted(path.rsplit("/", 1)[1] for path in rig.fs.deleted) == sorted(
+        name for event in events for name in event.obsolete_directories
+    )
+    assert consumer.committed[(D, 0)] == 4  # the group record and the three envelopes
+
+
+def test_one_ready_and_one_waiting_split_the_group() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.fs.add_acid_dirs(LOCATION, [*SINGLES, "delta_0000001_0000003"])
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    rig.metastore.take_lock(8, "sales.orders", "ds=2025-03-14")
+    older = vacuum(event_id=uuid.uuid4(), lock_snapshot=[lock(7)])
+    newer = vacuum(event_id=uuid.uuid4(), lock_snapshot=[lock(7), lock(8)])
+    for event in (older, newer):
+        rig.fs.mark_vacuum_output(event)
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    loop.step()
+    forward_delays(rig, consumer, seen)
+    rig.metastore.release(7)
+    run_for(loop, rig, 2.5)
+    [ready] = envelopes(rig)
+    assert ready.vacuum == older and ready.due_at == ready.occurred_at
+    _, still = groups(rig)
+    assert [item.vacuum for item in still.waiting] == [newer]
+    assert [entry.lock_id for entry in still.waiting[0].locks_held] == [8]
+
+
+def test_a_group_whose_check_fails_waits_with_the_error_and_deletes_nothing() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    loop.step()
+    forward_delays(rig, consumer, seen)
+    rig.metastore.release(7)
+    rig.metastore.down = True
+    run_for(loop, rig, 2.5)
+    _, again = groups(rig)
+    assert envelopes(rig) == []
+    assert all(item.check_error and "metastore" in item.check_error for item in again.waiting)
+    assert all([entry.lock_id for entry in item.locks_held] == [7] for item in again.waiting)  # as last known
+    assert rig.fs.deleted == []
+
+
+def test_a_group_not_acknowledged_is_not_committed_and_is_handled_again() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    loop.step()
+    forward_delays(rig, consumer, seen)
+    rig.bus.fail_next(1)
+    run_for(loop, rig, 2.5)
+    assert consumer.committed.get((D, 0), 0) == 0
+    run_for(loop, rig, 3.0)  # rewound, retried after one interval
+    assert consumer.committed[(D, 0)] == 1
+    assert len(groups(rig)) == 2
+
+
+def test_a_vacuum_waiting_past_the_max_wait_is_stuck_and_keeps_its_first_stuck_time() -> None:
+    rig = Rig(max_wait_s=3.0)
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    loop.step()
+    for _ in range(3):
+        forward_delays(rig, consumer, seen)
+        run_for(loop, rig, 2.2)
+    later = groups(rig)[-2:]
+    assert all(item.stuck for group in later for item in group.waiting)
+    first_stuck = {item.vacuum.event_id: item.stuck_since for item in later[0].waiting}
+    assert {item.vacuum.event_id: item.stuck_since for item in later[1].waiting} == first_stuck
+    assert rig.fs.deleted == []
+
+
+def test_a_forged_vacuum_in_a_group_is_refused_when_it_leaves_and_deletes_nothing() -> None:
+    """A group is read without the models; a vacuum claiming a location outside the tenant's roots is
+    refused by the usual checks once it is handed back, before anything is listed or deleted."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.fs.add_acid_dirs("/etc/acidtest", [*SINGLES, "delta_0000001_0000003"])
+    forged = vacuum(event_id=uuid.uuid4(), location="/etc/acidtest", lock_snapshot=[])
+    honest = vacuum(event_id=uuid.uuid4(), lock_snapshot=[])
+    group = build_groups(
+        tenant="acme",
+        table="sales.orders",
+        partition="ds=2025-03-14",
+        entries=[entry_of_envelope(_envelope(forged)), entry_of_envelope(_envelope(honest))],
+        sources=[forged.event_id],
+        checked_at=rig.clock.now() - timedelta(seconds=2),
+        due_at=rig.clock.now(),
+    )[0].event
+    consumer.append(D, 0, group)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    run_for(loop, rig, 0.5)
+    forward_delays(rig, consumer, seen)
+    run_for(loop, rig, 0.5)
+    rejected = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
+    assert [r.correlation_id for r in rejected] == [forged.event_id]
+    assert not any(path.startswith("/etc") for path in rig.fs.deleted)
+
+
+def _envelope(event: VacuumCommitted, **changes: Any) -> DelayEnvelope:
+    fields: dict[str, Any] = dict(
+        tenant=event.tenant,
+        table=event.table,
+        partition=event.partition,
+        occurred_at=event.occurred_at + timedelta(seconds=2),
+        causation_id=event.event_id,
+        correlation_id=event.event_id,
+        vacuum=event,
+        attempt=1,
+        due_at=event.occurred_at + timedelta(seconds=4),
+        locks_held=list(event.lock_snapshot),
+    )
+    fields.update(changes)
+    return DelayEnvelope(**fields)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    count=st.integers(1, 7),
+    attempts=st.lists(st.integers(1, 50), min_size=7, max_size=7),
+    held=st.sets(st.sampled_from([7, 8, 9])),
+    stuck=st.booleans(),
+    error=st.none() | st.text(min_size=1, max_size=40),
+)
+def test_groups_written_without_the_models_are_what_the_models_read(
+    count: int, attempts: list[int], held: set[int], stuck: bool, error: str | None
+) -> None:
+    """Every DelayedVacuums the cleaner writes with msgspec is a valid event for the models, carries
+    each vacuum byte for byte, and reads back to the same group."""
+    events = [
+        vacuum(event_id=uuid.uuid4(), lock_snapshot=[lock(7), lock(8)], vacuum_job_id=f"j{i}") for i in range(count)
+    ]
+    entries = [entry_of_envelope(_envelope(e, attempt=attempts[i])) for i, e in enumerate(events)]
+    now = events[0].occurred_at + timedelta(seconds=10)
+    [out] = build_groups(
+        tenant="acme",
+        table="sales.orders",
+        partition="ds=2025-03-14",
+        entries=entries,
+        sources=[events[0].event_id],
+        checked_at=now,
+        due_at=now + timedelta(seconds=2),
+    )
+    wire = encode(out.event)
+    record = RawRecord(D, 0, 0, wire.key, wire.value, wire.headers)
+    model = decode(record, rejected_by="t", tenant="acme", expected=(DelayedVacuums,))
+    assert isinstance(model, DelayedVacuums), model
+    assert [item.vacuum for item in model.waiting] == events
+    assert [item.attempt for item in model.waiting] == attempts[:count]
+    group = read_group(record, "acme")
+    assert group is not None and group.event_id == model.event_id and group.due_at == model.due_at
+    again = [
+        still_waiting(
+            member,
+            held_ids=None if error else held,
+            check_error=error,
+            open_txns=[3, 1],
+            now=now,
+            max_wait_s=0 if stuck else 3600,
+        )
+        for member in group.members
+    ]
+    [next_out] = build_groups(
+        tenant="acme",
+        table="sales.orders",
+        partition="ds=2025-03-14",
+        entries=again,
+        sources=[group.event_id],
+        checked_at=now,
+        due_at=now + timedelta(seconds=2),
+    )
+    wire = encode(next_out.event)
+    second = decode(RawRecord(D, 0, 1, wire.key, wire.value, wire.headers), rejected_by="t", tenant="acme")
+    assert isinstance(second, DelayedVacuums), second
+    assert [item.attempt for item in second.waiting] == [a + 1 for a in attempts[:count]]
+    expected_held = [7, 8] if error else sorted(held & {7, 8})
+    assert all(sorted(entry.lock_id for entry in item.locks_held) == expected_held for item in second.waiting)
+    assert all(item.stuck == stuck and (item.stuck_since is not None) == stuck for item in second.waiting)
+    assert waiting_vacuum_ids([second]) == [e.event_id for e in events]
+
+
+def test_a_group_with_a_vacuum_of_another_key_is_left_to_the_models_which_refuse_it() -> None:
+    events = [vacuum(event_id=uuid.uuid4()), vacuum(event_id=uuid.uuid4(), partition="ds=2025-03-15")]
+    [out] = build_groups(
+        tenant="acme",
+        table="sales.orders",
+        partition="ds=2025-03-14",
+        entries=[entry_of_envelope(_envelope(e)) for e in events],
+        sources=[events[0].event_id],
+        checked_at=events[0].occurred_at,
+        due_at=events[0].occurred_at + timedelta(seconds=2),
+    )
+    wire = encode(out.event)
+    record = RawRecord(D, 0, 0, wire.key, wire.value, wire.headers)
+    assert read_group(record, "acme") is None
+    refused = decode(record, rejected_by="t", tenant="acme", expected=(DelayedVacuums,))
+    assert isinstance(refused, CleanupRejected) and refused.reason_code == "invalid_event"
