@@ -71,7 +71,7 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.bus.codec import fit_field, reject
+from acidclean.shared.bus.codec import due_at_ms, fit_field, reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, BusError, MetastoreError, TableNotFoundError
@@ -466,6 +466,10 @@ class CleanupHandler:
         self._stuck: dict[str, float] = {}
         self._stuck_lock = threading.Lock()
         self.lock_call_costs = LockCallCosts()
+        # Key -> due time (epoch ms) of the last delay record published for it: the loop lets a fresh
+        # vacuum of a key that has waiting vacuums join their next check (one record per key, not one
+        # per vacuum). Written by the workers after the broker acknowledged, read by the loop.
+        self.chain_due: dict[str, int] = {}
 
     # -- entry points ------------------------------------------------------------------------------
 
@@ -583,11 +587,15 @@ class CleanupHandler:
             if str(item.event.event_id) not in failed:
                 item.after()
         for pending in delays:
-            self._delays_published([entry for entry in pending if str(entry[2].event_id) not in failed])
+            acknowledged = [entry for entry in pending if str(entry[2].event_id) not in failed]
+            self._delays_published(acknowledged)
+            for _, _, envelope in acknowledged:
+                self.chain_due[envelope.key] = due_at_ms(envelope.due_at)
         for out, members in groups:
             error = failed.get(str(out.event.event_id))
             if error is None:
                 self._group_published(out, members)
+                self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
         # An outcome that went out inside another record fails with it: a work is finished only once
         # every record carrying its outcome was acknowledged.
         for published, outcome_ids in batch.carried_by.items():

@@ -207,6 +207,8 @@ class CleanerLoop:
         self._clock = clock or SystemMillisClock()
         self._states: dict[Partition, PartitionState] = {}
         self._lanes: dict[str, _Lane] = {}
+        # Fresh vacuums waiting to be checked with their key's delay record: key -> [(work, deadline ms)].
+        self._joiners: dict[str, list[tuple[Work, int]]] = {}
         self._finished: queue.Queue[_Finished | _LaneFree | _BatchFree] = queue.Queue()
         self._running_batches = 0
         self._guard = threading.Lock()  # states' generation/accepting and the executing counts
@@ -343,6 +345,8 @@ class CleanerLoop:
             return  # another tenant's record: that tenant's own consumer group handles it
         work = self._work(raw_record(message), state.generation, now)
         self._track(state, work)
+        if self._join_chain(partition, state, work, now):
+            return
         if state.held or state.paused_until_ms is not None:
             state.held.append(work)
             return
@@ -421,7 +425,40 @@ class CleanerLoop:
     def _hand_over(self, partition: Partition, state: PartitionState, work: Work, now: int) -> None:
         state.in_flight.add(work.offset)
         self._note_pending(work)
-        self._lanes.setdefault(work.lane, _Lane()).queue.append(work)
+        lane = self._lanes.setdefault(work.lane, _Lane()).queue
+        lane.append(work)
+        if partition[0] == self.config.delay_topic and self._joiners and not isinstance(work.event, CleanupRejected):
+            joining = self._joiners.pop(work.event.key, None)
+            if joining is not None:
+                lane.extend(joiner for joiner, _ in joining)
+
+    def _join_chain(self, partition: Partition, state: PartitionState, work: Work, now: int) -> bool:
+        """Keep a fresh vacuum of a key whose vacuums already wait (their delay record is due within an
+        interval) until that record is checked, so both are checked together and wait on in one record.
+
+        Its first check comes at most one interval (plus a margin) later instead of at once: it is
+        waiting for a reader of its key anyway. Its offset stays uncommitted meanwhile. Only when this
+        process reads the key's delay partition (same number: both topics are keyed alike); otherwise,
+        or if that record does not come, it is checked alone at the deadline."""
+        if partition[0] != self.config.vacuum_topic or not isinstance(work.event, VacuumCommitted):
+            return False
+        chains: dict[str, int] = getattr(self.handler, "chain_due", {})
+        due = chains.get(work.event.key)
+        interval = self.config.interval_ms
+        if due is None or due < now - interval or (self.config.delay_topic, partition[1]) not in self._states:
+            return False
+        state.in_flight.add(work.offset)
+        self._note_pending(work)
+        # That record is due at `due`, or, when it is being checked now, at its successor's due time.
+        deadline = (due if due >= now else due + interval) + max(interval // 2, 500)
+        self._joiners.setdefault(work.event.key, []).append((work, deadline))
+        return True
+
+    def _release_late_joiners(self, now: int) -> None:
+        """Joiners whose key's record did not come by their deadline are checked alone."""
+        for key in [key for key, joining in self._joiners.items() if joining[0][1] <= now]:
+            for joiner, _ in self._joiners.pop(key):
+                self._lanes.setdefault(joiner.lane, _Lane()).queue.append(joiner)
 
     def _outstanding(self) -> int:
         """Records handed over and not finished: queued in the lanes or running in a batch."""
@@ -436,6 +473,8 @@ class CleanerLoop:
                 self.consumer.resume([TopicPartition(*partition)])
 
     def _release_due(self, now: int) -> None:
+        if self._joiners:
+            self._release_late_joiners(now)
         for partition, state in self._states.items():
             if state.paused_until_ms is None or state.paused_until_ms > now or not state.accepting:
                 continue
@@ -733,6 +772,7 @@ class CleanerLoop:
             state.generation = next(self._generations)
         state.in_flight.clear()
         state.held.clear()
+        self._purge_joiners({partition})
         state.dropping = state.backlogged = False
         state.seen_until = offset
         state.paused_until_ms = self._clock.now_ms() + (self.config.retry_backoff_ms or self.config.interval_ms)
@@ -821,6 +861,15 @@ class CleanerLoop:
     def _purge_lanes(self, partitions: set[Partition]) -> None:
         for lane in self._lanes.values():
             lane.queue = [work for work in lane.queue if work.partition not in partitions]
+        self._purge_joiners(partitions)
+
+    def _purge_joiners(self, partitions: set[Partition]) -> None:
+        for key in list(self._joiners):
+            kept = [(work, deadline) for work, deadline in self._joiners[key] if work.partition not in partitions]
+            if kept:
+                self._joiners[key] = kept
+            else:
+                del self._joiners[key]
 
     def _forget(self, partitions: Sequence[Partition]) -> None:
         with self._guard:

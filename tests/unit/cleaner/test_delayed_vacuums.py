@@ -359,3 +359,52 @@ def test_a_group_with_a_vacuum_of_another_key_is_left_to_the_models_which_refuse
     assert read_group(record, "acme") is None
     refused = decode(record, rejected_by="t", tenant="acme", expected=(DelayedVacuums,))
     assert isinstance(refused, CleanupRejected) and refused.reason_code == "invalid_event"
+
+
+def test_a_fresh_vacuum_of_a_waiting_key_joins_its_record_and_is_checked_with_it() -> None:
+    """A vacuum arriving while vacuums of its key wait is checked with their record at its due time
+    (not at once, not early) and waits on in the same record; its offset is committed only then."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    first, second, third = three_waiting(rig)
+    consumer.append(V, 0, first)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    run_for(loop, rig, 0.1)
+    [parked] = envelopes(rig)
+    forward_delays(rig, consumer, seen)
+    run_for(loop, rig, 0.5)
+    consumer.append(V, 0, second)
+    consumer.append(V, 0, third)
+    loop.step()
+    loop.step()
+    assert rig.clock.now() < parked.due_at
+    assert groups(rig) == [] and len(envelopes(rig)) == 1  # the newcomers wait for the record's check
+    assert consumer.committed[(V, 0)] == 1
+    run_for(loop, rig, 2.0)
+    [together] = groups(rig)
+    assert together.occurred_at >= parked.due_at
+    assert [item.vacuum for item in together.waiting] == [first, second, third]
+    assert [item.attempt for item in together.waiting] == [2, 1, 1]
+    assert together.due_at == together.occurred_at + timedelta(milliseconds=2000)
+    run_for(loop, rig, 0.1)
+    assert consumer.committed[(V, 0)] == 3 and consumer.committed[(D, 0)] == 1
+    assert rig.fs.deleted == []
+
+
+def test_a_joiner_whose_record_never_comes_is_checked_alone_after_its_deadline() -> None:
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    first, second, _ = three_waiting(rig)
+    consumer.append(V, 0, first)
+    loop = loop_over(rig, consumer)
+    run_for(loop, rig, 0.1)  # first parked; its envelope is never read back (another process's partition)
+    consumer.append(V, 0, second)
+    loop.step()
+    loop.step()
+    [parked] = envelopes(rig)
+    run_for(loop, rig, (parked.due_at - rig.clock.now()).total_seconds())
+    assert [e.vacuum for e in envelopes(rig)] == [first]
+    run_for(loop, rig, 1.5)  # the deadline: half an interval (at least 0.5 s) after the record's due time
+    assert [e.vacuum for e in envelopes(rig)] == [first, second]
+    assert consumer.committed[(V, 0)] == 2
