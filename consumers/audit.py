@@ -40,6 +40,7 @@ from acidclean.consumers.audit_wire import (
     WireCleanupDone,
     WireCleanupRejected,
     WireCleanupStarted,
+    WireDelayedVacuums,
     WireDelayEnvelope,
     WireEvent,
     WireLock,
@@ -55,6 +56,7 @@ from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
     CleanupStarted,
+    DelayedVacuums,
     DelayEnvelope,
     Event,
     VacuumCommitted,
@@ -74,7 +76,7 @@ AuditState = Literal[
 # The settings.topics fields read by the audit, with the events each may hold.
 AUDIT_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "vacuum_committed": (VacuumCommitted,),
-    "cleanup_delay": (DelayEnvelope,),
+    "cleanup_delay": (DelayEnvelope, DelayedVacuums),
     "cleanup_done": (CleanupStarted, CleanupDone),
     "dead_letter": (CleanupRejected,),
     "vacuum_requests": (VacuumRequested, VacuumStarted, VacuumFailed),
@@ -164,19 +166,73 @@ def _iso(moment: datetime | None) -> str | None:
 # The fold reads events decoded either way: validated models, or the fast decoder's structs, which
 # carry the same field names (ids as canonical text instead of UUIDs; str() makes both text).
 AnyVacuum = VacuumCommitted | WireVacuumCommitted
-AnyDelay = DelayEnvelope | WireDelayEnvelope
+AnyDelayed = DelayedVacuums | WireDelayedVacuums
+
+
+class WaitingDelay:
+    """One vacuum of a ``DelayedVacuums``, read as the ``DelayEnvelope`` the cleaner writes for a vacuum
+    that waits alone: the vacuum and its own attempt, locks held, check error and stuck state, with
+    the envelope's check time, due time, event id and causation. Its flow is the vacuum's."""
+
+    __slots__ = (
+        "attempt",
+        "causation_id",
+        "check_error",
+        "correlation_id",
+        "due_at",
+        "event_id",
+        "locks_held",
+        "occurred_at",
+        "open_txns",
+        "partition",
+        "stuck",
+        "stuck_since",
+        "table",
+        "tenant",
+        "vacuum",
+    )
+
+    def __init__(self, envelope: AnyDelayed, item: Any) -> None:
+        vacuum: AnyVacuum = item.vacuum
+        self.tenant: str = envelope.tenant
+        self.table: str = envelope.table
+        self.partition: str | None = envelope.partition
+        self.occurred_at: datetime = envelope.occurred_at
+        self.event_id: Any = envelope.event_id
+        self.causation_id: Any = envelope.causation_id
+        self.correlation_id: Any = vacuum.event_id
+        self.vacuum = vacuum
+        self.attempt: int = item.attempt
+        self.due_at: datetime = envelope.due_at
+        self.locks_held: Sequence[LockSnapshotEntry | WireLock] = item.locks_held
+        self.check_error: str | None = item.check_error
+        self.stuck: bool = item.stuck
+        self.stuck_since: datetime | None = item.stuck_since
+        self.open_txns: list[int] = item.open_txns
+
+
+def waiting_delays(envelope: AnyDelayed) -> list[WaitingDelay]:
+    """The vacuums of a ``DelayedVacuums``, each as its own delay envelope."""
+    return [WaitingDelay(envelope, item) for item in envelope.waiting]
+
+
+AnyDelay = DelayEnvelope | WireDelayEnvelope | WaitingDelay
 AnyStarted = CleanupStarted | WireCleanupStarted
 AnyDone = CleanupDone | WireCleanupDone
 AnyRejected = CleanupRejected | WireCleanupRejected
 AnyRequested = VacuumRequested | WireVacuumRequested
 AnyRunning = VacuumStarted | WireVacuumStarted
 AnyFailed = VacuumFailed | WireVacuumFailed
-AuditEvent = AnyVacuum | AnyDelay | AnyStarted | AnyDone | AnyRejected | AnyRequested | AnyRunning | AnyFailed
+AuditEvent = (
+    AnyVacuum | AnyDelay | AnyDelayed | AnyStarted | AnyDone | AnyRejected | AnyRequested | AnyRunning | AnyFailed
+)
 _KIND: dict[type[Any], str] = {
     VacuumCommitted: "vacuum",
     WireVacuumCommitted: "vacuum",
     DelayEnvelope: "delay",
     WireDelayEnvelope: "delay",
+    DelayedVacuums: "delayed",
+    WireDelayedVacuums: "delayed",
     CleanupStarted: "started",
     WireCleanupStarted: "started",
     CleanupDone: "done",
@@ -480,6 +536,14 @@ def fold(
         if kind is None:
             continue  # DeltaCommitted and others are not part of a vacuum's history
         audited: Any = event  # an AuditEvent, as its kind says
+        if kind == "delayed":  # several vacuums' delays in one record: each joins its vacuum's history
+            for delayed in waiting_delays(audited):
+                group = str(delayed.correlation_id)
+                history = histories.get(group)
+                if history is None:
+                    history = histories[group] = _History()
+                history.add(delayed, "delay")
+            continue
         correlation = audited.correlation_id
         group = str(correlation) if correlation is not None else f"event:{audited.event_id}"
         history = histories.get(group)

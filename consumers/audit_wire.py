@@ -24,6 +24,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 
 from acidclean.schemas.common import PARTITION_PATTERN, TABLE_PATTERN, TENANT_PATTERN, LockSnapshotEntry
+from acidclean.schemas.events import MAX_WAITING_PER_ENVELOPE
 from acidclean.shared.bus.codec import ATTEMPT as ATTEMPT_HEADER
 from acidclean.shared.bus.codec import CAUSATION_ID as CAUSATION_HEADER
 from acidclean.shared.bus.codec import (
@@ -196,6 +197,53 @@ class WireDelayEnvelope(_WireEvent, kw_only=True, frozen=True):
         )
 
 
+class WireWaitingVacuum(_Strict, kw_only=True, frozen=True):
+    vacuum: WireVacuumCommitted
+    attempt: Positive
+    locks_held: list[WireLock]
+    check_error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+    stuck: bool = False
+    stuck_since: Moment | None = None
+    open_txns: Annotated[list[int], msgspec.Meta(max_length=100)] = []
+
+
+class WireDelayedVacuums(_WireEvent, kw_only=True, frozen=True):
+    kind: ClassVar[str] = "delayed"
+    table: TableName
+    due_at: Moment
+    waiting: Annotated[list[WireWaitingVacuum], msgspec.Meta(min_length=1, max_length=MAX_WAITING_PER_ENVELOPE)]
+    merged_from: list[Uuid] = []
+
+    def ids(self) -> str:
+        # correlation_id must be absent (consistent() checks it); each vacuum's ids are checked with it
+        return (
+            self.event_id
+            + (self.causation_id or "")
+            + "".join(self.merged_from)
+            + "".join(item.vacuum.ids() for item in self.waiting)
+        )
+
+    def consistent(self) -> bool:
+        key = (self.tenant, self.table, self.partition)
+        vacuums = set()
+        for item in self.waiting:
+            vacuum = item.vacuum
+            if (
+                not vacuum.consistent()
+                or (vacuum.tenant, vacuum.table, vacuum.partition) != key
+                or item.stuck != (item.stuck_since is not None)
+                or (item.stuck_since is not None and item.stuck_since.tzinfo is not timezone.utc)
+            ):
+                return False
+            vacuums.add(vacuum.event_id)
+        return (
+            self.correlation_id is None
+            and len(vacuums) == len(self.waiting)
+            and self.occurred_at.tzinfo is timezone.utc
+            and self.due_at.tzinfo is timezone.utc
+        )
+
+
 class WireCleanupStarted(_WireEvent, kw_only=True, frozen=True):
     kind: ClassVar[str] = "started"
     table: TableName
@@ -341,6 +389,7 @@ class WireVacuumFailed(_WireEvent, kw_only=True, frozen=True):
 WireEvent = (
     WireVacuumCommitted
     | WireDelayEnvelope
+    | WireDelayedVacuums
     | WireCleanupStarted
     | WireCleanupDone
     | WireCleanupRejected
@@ -352,6 +401,7 @@ WireEvent = (
 WIRE_STRUCTS: dict[str, type[WireEvent]] = {
     "VacuumCommitted": WireVacuumCommitted,
     "DelayEnvelope": WireDelayEnvelope,
+    "DelayedVacuums": WireDelayedVacuums,
     "CleanupStarted": WireCleanupStarted,
     "CleanupDone": WireCleanupDone,
     "CleanupRejected": WireCleanupRejected,
@@ -380,6 +430,7 @@ _KNOWN_HEADERS = frozenset(
     }
 )
 _SPECVERSION = SPECVERSION.encode()
+_DUE_KINDS = frozenset({"delay", "delayed"})  # the events whose x-due-at header must state their due_at
 MAX_VALID_KEYS = 1_000_000  # one per table or partition seen; past it, keys are checked every time
 _CONTENT_TYPE = CONTENT_TYPE.encode()
 
@@ -453,7 +504,7 @@ def fast_decode(
         return None
     if moment.tzinfo is None or moment != event.occurred_at:
         return None
-    if event.kind == "delay":  # (a class attribute: cheaper than isinstance)
+    if event.kind in _DUE_KINDS:  # (a class attribute: cheaper than isinstance)
         delayed: Any = event
         due = get(DUE_AT)
         if due is None or len(due) != 8 or int.from_bytes(due, "big", signed=True) != due_at_ms(delayed.due_at):

@@ -11,6 +11,7 @@ from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupStarted,
+    DelayedVacuums,
     DelayEnvelope,
     DeltaCommitted,
     VacuumCommitted,
@@ -26,7 +27,7 @@ from acidclean.shared.settings import Settings
 TIMELINE_TOPICS: dict[str, tuple[type[EventBase], ...]] = {
     "delta_committed": (DeltaCommitted,),
     "vacuum_committed": (VacuumCommitted,),
-    "cleanup_delay": (DelayEnvelope,),
+    "cleanup_delay": (DelayEnvelope, DelayedVacuums),
     "cleanup_done": (CleanupStarted, CleanupDone),
     "vacuum_requests": (VacuumRequested, VacuumStarted, VacuumFailed),
 }

@@ -8,7 +8,8 @@ retention) and a lower bound otherwise.
 
 As in the audit, a cleanup removes what its ``CleanupDone`` lists and what the vacuum's
 ``CleanupStarted`` events announced (a cleaner restarted between deleting and reporting lists
-nothing); the count falls when the ``CleanupDone`` arrives, not at the announcement.
+nothing); the count falls when the ``CleanupDone`` arrives, not at the announcement. A
+``DelayedVacuums`` marks a wait for each vacuum it carries, as one ``DelayEnvelope`` each would.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Literal
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupStarted,
+    DelayedVacuums,
     DelayEnvelope,
     DeltaCommitted,
     VacuumCommitted,
@@ -38,6 +40,7 @@ TimelineEvent = (
     | VacuumFailed
     | VacuumCommitted
     | DelayEnvelope
+    | DelayedVacuums
     | CleanupStarted
     | CleanupDone
 )
@@ -107,6 +110,11 @@ def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str |
             marks.append(Mark(event.occurred_at, "vacuum", f"{event.compaction_type.lower()} vacuum"))
         elif isinstance(event, DelayEnvelope):
             marks.append(Mark(event.occurred_at, "wait", f"wait #{event.attempt}: {len(event.locks_held)} lock(s)"))
+        elif isinstance(event, DelayedVacuums):  # the marks and points of one DelayEnvelope per waiting vacuum
+            for item in event.waiting:
+                marks.append(Mark(event.occurred_at, "wait", f"wait #{item.attempt}: {len(item.locks_held)} lock(s)"))
+                points.append((event.occurred_at, len(present)))
+            continue
         else:
             removed = {d.name for d in event.directories_removed}
             if not event.dry_run:

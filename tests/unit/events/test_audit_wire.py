@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -19,7 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from acidclean.consumers.audit import FastDecoder, decode_records, fold, select
-from acidclean.consumers.audit_wire import WIRE_STRUCTS, WireDirectory, WireLock, WireRawHeader, WireSourceRecord
+from acidclean.consumers.audit_wire import (
+    WIRE_STRUCTS,
+    WireDirectory,
+    WireLock,
+    WireRawHeader,
+    WireSourceRecord,
+    WireWaitingVacuum,
+)
 from acidclean.schemas.common import LockSnapshotEntry, StrictModel, event_key
 from acidclean.schemas.events import (
     EVENT_CLASS_BY_TYPE,
@@ -27,12 +35,25 @@ from acidclean.schemas.events import (
     RawHeader,
     RemovedDirectory,
     SourceRecord,
+    WaitingVacuum,
 )
 from acidclean.shared.bus.codec import encode
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.settings import load_settings
 
-from .factories import T0, delay, done, lock, rejected, requested, started, vacuum, vacuum_failed, vacuum_started
+from .factories import (
+    T0,
+    delay,
+    delayed_vacuums,
+    done,
+    lock,
+    rejected,
+    requested,
+    started,
+    vacuum,
+    vacuum_failed,
+    vacuum_started,
+)
 
 EVENT_CLASS_BY_TYPE_NAME = {cls.__name__: cls for cls in EVENT_CLASS_BY_TYPE.values()}
 SETTINGS = load_settings(environ={}, overrides={"topic_prefix": "p."})
@@ -49,8 +70,10 @@ def _directories(names: list[int]) -> list[RemovedDirectory]:
 
 @st.composite
 def histories(draw: st.DrawFn) -> list[Any]:
-    """Events of a few vacuums: committed, waits (some stuck or failing), announcements, reports, rejections."""
+    """Events of a few vacuums: committed, waits (some stuck or failing, some of several vacuums of one key
+    in one DelayedVacuums), announcements, reports, rejections."""
     events: list[Any] = []
+    by_key: dict[tuple[str, str | None], list[Any]] = {}
     for index in range(draw(st.integers(1, 4))):
         table, partition = draw(st.sampled_from(TABLES))
         moment = T0 + timedelta(minutes=index, microseconds=draw(st.sampled_from([0, 500, 123456])))
@@ -67,6 +90,7 @@ def histories(draw: st.DrawFn) -> list[Any]:
             if draw(st.integers(0, 2)) == 0:
                 continue  # no vacuum (yet) for this request
         v = vacuum(table=table, partition=partition, occurred_at=moment, lock_snapshot=locks, request_id=request_id)
+        by_key.setdefault((table, partition), []).append(v)
         if draw(st.integers(0, 4)) > 0:  # else the vacuum is known from its delay envelopes only
             events.append(v)
         for attempt in draw(st.lists(st.integers(1, 5), max_size=3)):
@@ -106,9 +130,37 @@ def histories(draw: st.DrawFn) -> list[Any]:
             )
         if draw(st.booleans()):
             events.append(rejected(v, occurred_at=moment + timedelta(seconds=draw(st.integers(1, 30)))))
+    for vacuums in by_key.values():
+        for _ in range(draw(st.integers(0, 2))):
+            chosen = draw(st.lists(st.sampled_from(range(len(vacuums))), min_size=1, max_size=3, unique=True))
+            events.append(_delayed(draw, [vacuums[index] for index in chosen]))
     if draw(st.booleans()):
         events.append(rejected(None, event_id=uuid.uuid4(), reason_code="not_json", reason="not JSON"))
     return events
+
+
+def _delayed(draw: st.DrawFn, vacuums: list[Any]) -> Any:
+    """A DelayedVacuums of these vacuums (one key), each with its own attempt, locks, error and stuck state."""
+    waiting = []
+    for v in vacuums:
+        stuck = draw(st.booleans())
+        waiting.append(
+            WaitingVacuum(
+                vacuum=v,
+                attempt=draw(st.integers(1, 5)),
+                locks_held=v.lock_snapshot[: draw(st.integers(0, len(v.lock_snapshot)))],
+                check_error=draw(st.sampled_from([None, "thrift://hms:9083 timed out"])),
+                stuck=stuck,
+                stuck_since=v.occurred_at + timedelta(hours=1) if stuck else None,
+                open_txns=draw(st.lists(st.integers(1, 9), max_size=2)),
+            )
+        )
+    return delayed_vacuums(
+        *vacuums,
+        waiting=waiting,
+        occurred_at=max(v.occurred_at for v in vacuums) + timedelta(seconds=draw(st.integers(1, 20))),
+        merged_from=draw(st.lists(st.sampled_from([v.event_id for v in vacuums]), max_size=2)),
+    )
 
 
 def _body(record: RawRecord) -> dict[str, Any]:
@@ -159,6 +211,32 @@ def _other_vacuum(record: RawRecord) -> RawRecord:
     return _header(changed, "correlation_id", other.encode())
 
 
+def _in_waiting(record: RawRecord, change: Any) -> RawRecord:
+    """The record with ``change`` made to the vacuums a DelayedVacuums carries; any other event gets a
+    ``waiting`` field it may not have."""
+    body = _body(record)
+    waiting = [dict(item, vacuum=dict(item["vacuum"])) for item in body.get("waiting") or [{"vacuum": {}}]]
+    return _with_body(record, _change(body, waiting=change(waiting)))
+
+
+def _stuck_without_since(waiting: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    waiting[0].update(stuck=True, stuck_since=None)
+    return waiting
+
+
+def _of_another_table(waiting: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    waiting[-1]["vacuum"]["table"] = "other.table"
+    return waiting
+
+
+def _correlated(record: RawRecord) -> RawRecord:
+    """The record said to belong to another flow, its correlation header added where it had none."""
+    other = str(uuid.uuid4())
+    changed = _with_body(record, _change(_body(record), correlation_id=other))
+    headers = [(name, value) for name, value in changed.headers if name != "correlation_id"]
+    return _with_headers(changed, [*headers, ("correlation_id", other.encode())])
+
+
 def _east(moment: str) -> str:
     """The same instant written two hours east of UTC."""
     if not moment:
@@ -173,7 +251,7 @@ def _seven_digits(moment: str) -> str:
 
 
 # Each damage is one thing a record may get wrong, or spell in a way only the models read.
-DAMAGES = {
+DAMAGES: dict[str, Callable[[RawRecord], RawRecord]] = {
     "not_json": lambda r: RawRecord(r.topic, r.partition, r.offset, r.key, b"{not json", r.headers, 1),
     "empty": lambda r: RawRecord(r.topic, r.partition, r.offset, r.key, b"", r.headers, 1),
     "missing_field": lambda r: _with_body(r, {k: v for k, v in _body(r).items() if k != "table"}),
@@ -224,6 +302,15 @@ DAMAGES = {
     "extra_header": lambda r: _with_headers(r, [*r.headers, ("x-trace", b"\xff")]),
     "content_type": lambda r: _header(r, "content-type", b"application/json; charset=utf-8"),
     "latin1_source": lambda r: _header(r, "ce_source", b"\xe9"),
+    "waiting_stuck_without_since": lambda r: _in_waiting(r, _stuck_without_since),
+    "waiting_of_another_table": lambda r: _in_waiting(r, _of_another_table),
+    "waiting_twice": lambda r: _in_waiting(r, lambda waiting: waiting[:1] * 2),
+    "waiting_none": lambda r: _in_waiting(r, lambda waiting: []),
+    "correlated": _correlated,
+    "merged_from_not_a_uuid": lambda r: _with_body(r, _change(_body(r), merged_from=["z" * 36])),
+    "merged_from_upper_case": lambda r: _with_body(
+        r, _change(_body(r), merged_from=[_body(r)["event_id"].upper(), *_body(r).get("merged_from", [])])
+    ),
 }
 
 
@@ -281,9 +368,11 @@ def test_filtering_by_the_key_gives_the_rows_of_the_validated_fold(
 
 def test_undamaged_records_never_reach_the_models() -> None:
     v = vacuum()
-    events = [v, delay(v, 1), started(v), done(v), rejected(v)]
+    other = vacuum(occurred_at=T0 + timedelta(minutes=1), lock_snapshot=[lock(1)])
+    merged = delayed_vacuums(v, other, attempt=2)
+    events = [v, delay(v, 1), merged, started(v), done(v), rejected(v)]
     decoder = FastDecoder(SETTINGS)
-    assert len(list(decoder.records(_records(events, [])))) == 5
+    assert len(list(decoder.records(_records(events, [])))) == 6
     assert decoder.fallbacks == 0
 
 
@@ -329,6 +418,7 @@ def _model_fields(model: type[StrictModel]) -> dict[str, bool]:
     [
         *((EVENT_CLASS_BY_TYPE_NAME[name], struct) for name, struct in WIRE_STRUCTS.items()),
         (LockSnapshotEntry, WireLock),
+        (WaitingVacuum, WireWaitingVacuum),
         (RemovedDirectory, WireDirectory),
         (SourceRecord, WireSourceRecord),
         (RawHeader, WireRawHeader),
@@ -349,15 +439,28 @@ def test_wire_times_are_utc_like_the_models() -> None:
 def test_each_damage_to_each_kind_of_event_gives_the_validated_rows(damage: str) -> None:
     v = vacuum(lock_snapshot=[lock(1), lock(2)])
     waiting = vacuum(table="hr.people", partition=None, occurred_at=T0 + timedelta(minutes=1))
+    other = vacuum(occurred_at=T0 + timedelta(minutes=2))
     asked = requested()
-    histories = [
+    histories: list[list[Any]] = [
         [v, delay(v, 1), delay(v, 2, stuck=True, stuck_since=v.occurred_at), started(v, attempt=3), rejected(v)],
         [asked, vacuum_started(asked), vacuum_failed(asked)],
         [asked, vacuum_started(asked), vacuum(request_id=asked.event_id)],
         [waiting, delay(waiting, 1)],
         [v, started(v), done(v)],
+        [v, delay(v, 1), delayed_vacuums(v, other, attempt=2), done(v, attempts=3)],
+        [delayed_vacuums(v, other, waiting=[*_waiting(v, other)], merged_from=[v.event_id, other.event_id])],
     ]
     for history in histories:
         for position in range(len(history)):
             validated, fast = _both_ways(_records(history, [(position, damage)]))
             assert fast == validated, f"{damage} on {type(history[position]).__name__}"
+
+
+def _waiting(stuck: Any, failing: Any) -> list[WaitingVacuum]:
+    """One stuck vacuum holding a lock, and one whose check failed."""
+    return [
+        WaitingVacuum(
+            vacuum=stuck, attempt=4, locks_held=stuck.lock_snapshot[:1], stuck=True, stuck_since=T0 + timedelta(hours=1)
+        ),
+        WaitingVacuum(vacuum=failing, attempt=1, locks_held=[], check_error="timed out", open_txns=[7]),
+    ]

@@ -1,0 +1,137 @@
+"""The audit folds a DelayedVacuums as the delay envelopes it stands for: one per waiting vacuum."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Any
+
+from acidclean.consumers.audit import AuditRow, fold
+from acidclean.consumers.timeline import build_timeline
+from acidclean.schemas.events import DelayedVacuums, RemovedDirectory, WaitingVacuum
+
+from .factories import T0, delay, delayed_vacuums, done, lock, vacuum
+
+NOW = T0 + timedelta(hours=3)
+OVERDUE = timedelta(minutes=30)
+
+
+def _two_of_one_key() -> tuple[Any, Any]:
+    first = vacuum(table="sales.orders", partition="ds=1", occurred_at=T0, lock_snapshot=[lock(1), lock(2)])
+    second = vacuum(table="sales.orders", partition="ds=1", occurred_at=T0 + timedelta(minutes=1))
+    return first, second
+
+
+def _each_alone(envelope: DelayedVacuums) -> list[Any]:
+    """The DelayEnvelopes the cleaner would have written instead, one per waiting vacuum."""
+    return [
+        delay(
+            item.vacuum,
+            item.attempt,
+            occurred_at=envelope.occurred_at,
+            due_at=envelope.due_at,
+            locks_held=item.locks_held,
+            check_error=item.check_error,
+            stuck=item.stuck,
+            stuck_since=item.stuck_since,
+        )
+        for item in envelope.waiting
+    ]
+
+
+def _shown(rows: list[AuditRow]) -> list[dict[str, Any]]:
+    return [row.to_json() for row in rows]
+
+
+def _mixed_envelope(first: Any, second: Any, **changes: Any) -> DelayedVacuums:
+    return delayed_vacuums(
+        first,
+        second,
+        waiting=[
+            WaitingVacuum(
+                vacuum=first, attempt=4, locks_held=[lock(2)], stuck=True, stuck_since=T0 + timedelta(hours=1)
+            ),
+            WaitingVacuum(vacuum=second, attempt=1, locks_held=[], check_error="thrift://hms:9083 timed out"),
+        ],
+        **changes,
+    )
+
+
+def test_a_vacuum_seen_only_through_a_delayed_vacuums_gets_its_row() -> None:
+    first, second = _two_of_one_key()
+    envelope = delayed_vacuums(first, second, attempt=3)
+    rows = fold([envelope])
+    assert [(row.vacuum_id, row.state, row.attempts) for row in rows] == [
+        (str(first.event_id), "waiting", 3),
+        (str(second.event_id), "waiting", 3),
+    ]
+    assert rows[0].vacuum_time == first.occurred_at and rows[0].new_directories == tuple(first.new_directories)
+    assert rows[0].locks_held == (lock(1), lock(2)) and rows[1].locks_held == tuple(second.lock_snapshot)
+    assert {row.next_check_at for row in rows} == {envelope.due_at}
+    assert all(row.table == "sales.orders" and row.partition == "ds=1" for row in rows)
+
+
+def test_each_waiting_vacuum_shows_what_its_own_delay_envelope_would_show() -> None:
+    first, second = _two_of_one_key()
+    envelope = _mixed_envelope(first, second)
+    for now in (None, NOW, envelope.due_at + timedelta(seconds=1)):
+        merged = fold([first, second, envelope], now=now, overdue_after=OVERDUE)
+        alone = fold([first, second, *_each_alone(envelope)], now=now, overdue_after=OVERDUE)
+        assert _shown(merged) == _shown(alone)
+    rows = fold([first, second, envelope], now=NOW, overdue_after=OVERDUE)
+    assert [row.state for row in rows] == ["overdue", "overdue"]
+    rows = fold([first, second, envelope])
+    assert [(row.state, row.attempts) for row in rows] == [("stuck", 4), ("waiting", 1)]
+    assert rows[0].locks_held == (lock(2),) and rows[0].stuck_since == T0 + timedelta(hours=1)
+    assert rows[1].reason == "metastore did not answer: thrift://hms:9083 timed out"
+
+
+def test_a_delay_then_a_delayed_vacuums_then_a_cleanup_done() -> None:
+    first, second = _two_of_one_key()
+    alone = delay(first, 1, locks_held=[lock(1)])
+    merged = delayed_vacuums(first, second, attempt=2, occurred_at=alone.occurred_at + timedelta(seconds=2))
+    cleaned = done(
+        first,
+        attempts=3,
+        time_waited_ms=9000,
+        occurred_at=merged.occurred_at + timedelta(seconds=3),
+        directories_removed=[RemovedDirectory(name="delta_0000001_0000001_0000", file_count=1, bytes=700)],
+    )
+    events = [first, alone, merged, cleaned]
+    waiting = fold(events[:3])
+    assert [(row.vacuum_id, row.state, row.attempts) for row in waiting] == [
+        (str(first.event_id), "waiting", 2),
+        (str(second.event_id), "waiting", 2),
+    ]
+    assert waiting[0].next_check_at == merged.due_at and waiting[0].locks_held == (lock(1), lock(2))
+    for order in range(5):  # any order, and a redelivery, give the same rows
+        shuffled = [*events, merged]
+        random.Random(order).shuffle(shuffled)
+        rows = fold(shuffled)
+        assert [(row.vacuum_id, row.state, row.attempts) for row in rows] == [
+            (str(first.event_id), "cleaned", 3),
+            (str(second.event_id), "waiting", 2),
+        ]
+        assert rows[0].bytes_freed == 700 and rows[0].next_check_at is None and rows[0].locks_held == ()
+        assert rows[0].last_event_at == cleaned.occurred_at and rows[1].last_event_at == merged.occurred_at
+
+
+def test_the_latest_attempt_wins_between_a_delay_and_a_delayed_vacuums() -> None:
+    first, second = _two_of_one_key()
+    later = delay(first, 5, locks_held=[lock(2)], occurred_at=T0 + timedelta(minutes=9))
+    merged = delayed_vacuums(first, second, attempt=2)
+    rows = fold([merged, later])
+    assert [(row.attempts, row.locks_held, row.next_check_at) for row in rows] == [
+        (5, (lock(2),), later.due_at),
+        (2, tuple(second.lock_snapshot), merged.due_at),
+    ]
+
+
+def test_the_timeline_marks_a_wait_for_each_waiting_vacuum() -> None:
+    first, second = _two_of_one_key()
+    envelope = _mixed_envelope(first, second)
+    merged = build_timeline([first, second, envelope, envelope], "sales.orders", "ds=1")
+    alone = build_timeline([first, second, *_each_alone(envelope)], "sales.orders", "ds=1")
+    assert merged == alone
+    assert [mark.label for mark in merged.marks if mark.kind == "wait"] == ["wait #4: 1 lock(s)", "wait #1: 0 lock(s)"]
+    assert build_timeline([envelope], "hr.people").marks == ()
