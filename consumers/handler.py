@@ -199,52 +199,94 @@ class PreparedCleanup:
     locks: TableLockCheck
 
 
-class SharedCheck:
-    """The metastore's answers shared by every table of one batch: one unfiltered ``show_locks`` and one
-    transaction list, each asked at most once, after every event of the batch was read (so after each
-    vacuum committed). Reusing them is safe for the reasons :class:`TableLockCheck` gives."""
+class LockView:
+    """One unfiltered ``show_locks`` and one transaction list, each asked at most once and only when a
+    check needs it, made at or after ``asked_ms``: shared by every batch that starts while it is fresh.
 
-    def __init__(self, handler: CleanupHandler) -> None:
+    Reusing an answer is safe for the reasons :class:`TableLockCheck` gives (lock ids are never reused:
+    a snapshot lock absent from a list taken after the vacuum was read is released for good; one still
+    listed may have been released since, which only makes the answer more cautious; the same holds for
+    open transactions), provided the list was asked for after every event it answers was read."""
+
+    def __init__(self, handler: CleanupHandler, asked_ms: int) -> None:
         self._handler = handler
+        self.asked_ms = asked_ms
         self._locks: list[LockInfo] | None = None
-        self._locks_error: MetastoreError | None = None
-        self._txns: ValidTxnList | None = None
-        self._txns_error: MetastoreError | None = None
         self._by_table: dict[tuple[str, str], list[LockInfo]] | None = None
+        self._txns: ValidTxnList | None = None
+        self._guard = threading.Lock()
+
+    def all_locks(self) -> list[LockInfo]:
+        """Every lock (raises ``MetastoreError``; a failed call is not kept, the next check asks again)."""
+        with self._guard:
+            if self._locks is None:
+                try:
+                    self._locks = self._handler.show_locks(None)
+                except MetastoreError:
+                    self._handler.forget_lock_view(self)
+                    raise
+            return self._locks
 
     def table_locks(self, table: str) -> list[LockInfo]:
-        """One table's locks from the shared list, by an index built once (a scan per table would cost
-        tables x locks per batch)."""
+        """One table's locks, by an index built once (a scan per table would cost tables x locks)."""
         locks = self.all_locks()
-        if self._by_table is None:
-            index: dict[tuple[str, str], list[LockInfo]] = {}
-            for lock in locks:
-                index.setdefault((lock.db.lower(), (lock.table or "").lower()), []).append(lock)
-            self._by_table = index
-        return list(self._by_table.get(lock_scope(table), ()))
+        with self._guard:
+            if self._by_table is None:
+                index: dict[tuple[str, str], list[LockInfo]] = {}
+                for lock in locks:
+                    index.setdefault((lock.db.lower(), (lock.table or "").lower()), []).append(lock)
+                self._by_table = index
+            return list(self._by_table.get(lock_scope(table), ()))
+
+    def transactions(self) -> ValidTxnList:
+        with self._guard:
+            if self._txns is None:
+                try:
+                    self._txns = self._handler.valid_txns()
+                except MetastoreError:
+                    self._handler.forget_lock_view(self)
+                    raise
+            return self._txns
+
+
+class SharedCheck:
+    """The metastore's answers shared by every table of one batch: a :class:`LockView` made after every
+    event of the batch was read (so after each vacuum committed), shared with other batches while it
+    is fresh (:meth:`CleanupHandler.lock_view`). A failed call fails the same way for every table of
+    the batch."""
+
+    def __init__(self, handler: CleanupHandler, read_by_ms: int = 0) -> None:
+        self._handler = handler
+        self._read_by_ms = read_by_ms
+        self._view: LockView | None = None
+        self._locks_error: MetastoreError | None = None
+        self._txns_error: MetastoreError | None = None
+
+    def _answers(self) -> LockView:
+        if self._view is None:
+            self._view = self._handler.lock_view(self._read_by_ms)
+        return self._view
+
+    def table_locks(self, table: str) -> list[LockInfo]:
+        self.all_locks()
+        return self._answers().table_locks(table)
 
     def all_locks(self) -> list[LockInfo]:
         """Every lock (raises ``MetastoreError``, the same one for every table of the batch)."""
-        if self._locks is None and self._locks_error is None:
+        if self._locks_error is None:
             try:
-                self._locks = self._handler.show_locks(None)
+                return self._answers().all_locks()
             except MetastoreError as error:
                 self._locks_error = error
-        if self._locks_error is not None:
-            raise self._locks_error
-        assert self._locks is not None
-        return self._locks
+        raise self._locks_error
 
     def transactions(self) -> ValidTxnList:
-        if self._txns is None and self._txns_error is None:
+        if self._txns_error is None:
             try:
-                self._txns = self._handler.valid_txns()
+                return self._answers().transactions()
             except MetastoreError as error:
                 self._txns_error = error
-        if self._txns_error is not None:
-            raise self._txns_error
-        assert self._txns is not None
-        return self._txns
+        raise self._txns_error
 
 
 class LockCallCosts:
@@ -284,12 +326,14 @@ class OutcomeBatch:
     announcements go out together (:meth:`CleanupHandler.run_prepared`) and every outcome, published in
     one ``publish_many`` with one wait for the acknowledgements (:meth:`CleanupHandler.flush_batch`)."""
 
-    def __init__(self, handler: CleanupHandler, tables: int) -> None:
+    def __init__(self, handler: CleanupHandler, tables: int, read_by_ms: int = 0) -> None:
         # One table alone keeps the table-filtered show_locks; several share one unfiltered call unless
-        # the calls measured so far say one call per table costs less (a metastore holding many locks).
-        self.per_table = not (tables > 1 and handler.lock_call_costs.prefer_unfiltered(tables))
+        # the calls measured so far say one call per table costs less (a metastore holding many locks),
+        # or a lock list fresh enough for this batch is at hand anyway.
+        fresh = handler.has_lock_view(read_by_ms)
+        self.per_table = not fresh and not (tables > 1 and handler.lock_call_costs.prefer_unfiltered(tables))
         # Asked only when used: for every table unless per_table, else for the transaction rule's tables.
-        self.check = SharedCheck(handler)
+        self.check = SharedCheck(handler, read_by_ms)
         self.tables: list[TableLockCheck] = []
         self.prepared: list[PreparedCleanup] = []
         self.outbox: list[_Outgoing] = []
@@ -466,6 +510,12 @@ class CleanupHandler:
         self._stuck: dict[str, float] = {}
         self._stuck_lock = threading.Lock()
         self.lock_call_costs = LockCallCosts()
+        # A lock list shared by the batches that start while it is fresh: at most a quarter of an
+        # interval (and a second) old, so a lock released just before a check delays its cleanup by at
+        # most one interval more; thousands of waiting tables then cost a few show_locks per interval.
+        self.lock_view_max_age_ms = min(config.interval_ms // 4, 1000)
+        self._view: LockView | None = None
+        self._view_lock = threading.Lock()
         # Key -> due time (epoch ms) of the last delay record published for it: the loop lets a fresh
         # vacuum of a key that has waiting vacuums join their next check (one record per key, not one
         # per vacuum). Written by the workers after the broker acknowledged, read by the loop.
@@ -477,10 +527,40 @@ class CleanupHandler:
         table = work.event.table if not isinstance(work.event, CleanupRejected) else None
         return TableLockCheck(self, table or "", batch)
 
-    def batch(self, tables: int) -> OutcomeBatch:
+    def lock_view(self, read_by_ms: int) -> LockView:
+        """The newest :class:`LockView` if it was asked for at or after ``read_by_ms`` (when the batch's
+        last event was read) and is at most :attr:`lock_view_max_age_ms` old, else a new one (one thread
+        asks; the others wait for its answer). Raises ``MetastoreError`` (a failed answer is not kept)."""
+        with self._view_lock:
+            view = self._view
+            now = self._now_ms()
+            if view is not None and view.asked_ms >= read_by_ms and now - view.asked_ms <= self.lock_view_max_age_ms:
+                return view
+            view = LockView(self, now)
+            self._view = view
+            return view
+
+    def forget_lock_view(self, view: LockView) -> None:
+        """Drop ``view`` (one of its calls failed): the next batch asks again."""
+        if self._view is view:
+            self._view = None
+
+    def has_lock_view(self, read_by_ms: int) -> bool:
+        """Whether :meth:`lock_view` would answer without asking the metastore."""
+        view = self._view
+        return (
+            view is not None
+            and view.asked_ms >= read_by_ms
+            and self._now_ms() - view.asked_ms <= self.lock_view_max_age_ms
+        )
+
+    def _now_ms(self) -> int:
+        return int(self._clock.now().timestamp() * 1000)
+
+    def batch(self, tables: int, read_by_ms: int = 0) -> OutcomeBatch:
         """A batch for ``tables`` lanes: pass it to :meth:`lock_check`; outcomes of its lanes are deferred
         until :meth:`flush_batch`, cleanups until :meth:`run_prepared`."""
-        return OutcomeBatch(self, tables)
+        return OutcomeBatch(self, tables, read_by_ms)
 
     def handle(self, work: Work, locks: TableLockCheck) -> Outcome:
         """Handle one work item; returns once its outcome is acknowledged (raises ``BusError`` if not),

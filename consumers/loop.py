@@ -535,7 +535,8 @@ class CleanerLoop:
 
     def _run_lanes(self, lanes: Sequence[tuple[str, Sequence[Work]]]) -> None:
         deferred: list[tuple[Work, Outcome]] = []
-        batch = self.handler.batch(len(lanes))
+        read_by = max((work.received_ms for _, works in lanes for work in works), default=0)
+        batch = self.handler.batch(len(lanes), read_by)
         try:
             queues = [(list(works), self.handler.lock_check(works[0], batch)) for _, works in lanes if works]
             while any(works for works, _ in queues):

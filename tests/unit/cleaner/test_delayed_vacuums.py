@@ -24,6 +24,7 @@ from acidclean.schemas.events import (
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.errors import MetastoreError
 
 from .fakes import LOCATION, TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum, waiting_vacuum_ids
 
@@ -408,3 +409,30 @@ def test_a_joiner_whose_record_never_comes_is_checked_alone_after_its_deadline()
     run_for(loop, rig, 1.5)  # the deadline: half an interval (at least 0.5 s) after the record's due time
     assert [e.vacuum for e in envelopes(rig)] == [first, second]
     assert consumer.committed[(V, 0)] == 2
+
+
+def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it() -> None:
+    """One unfiltered show_locks answers every batch that starts within a quarter interval of it, but
+    never a batch holding an event read after it was asked (its vacuum may have committed after)."""
+    rig = Rig()
+    read = rig.clock.now_ms()
+
+    def lock_list_of_a_new_batch(read_by_ms: int) -> None:
+        rig.handler.batch(3, read_by_ms).check.all_locks()
+
+    lock_list_of_a_new_batch(read)
+    lock_list_of_a_new_batch(read)
+    assert rig.metastore.calls["show_locks"] == 1
+    rig.clock.advance(0.1)
+    lock_list_of_a_new_batch(rig.clock.now_ms())  # an event read after the list was asked
+    assert rig.metastore.calls["show_locks"] == 2
+    rig.clock.advance(0.6)  # older than a quarter of the 2 s interval
+    lock_list_of_a_new_batch(read)
+    assert rig.metastore.calls["show_locks"] == 3
+    rig.metastore.down = True
+    with pytest.raises(MetastoreError):
+        lock_list_of_a_new_batch(rig.clock.now_ms() + 1)
+    rig.metastore.down = False
+    failed = rig.metastore.calls["show_locks"]  # (a failed call is retried a few times first)
+    lock_list_of_a_new_batch(read)  # a failed answer is not kept: asked again
+    assert rig.metastore.calls["show_locks"] == failed + 1

@@ -35,7 +35,7 @@ class StubHandler:
         self.lock_checks += 1
         return object()
 
-    def batch(self, tables: int) -> object:
+    def batch(self, tables: int, read_by_ms: int = 0) -> object:
         return object()
 
     def run_prepared(self, batch: object) -> dict[int, object]:

@@ -280,7 +280,7 @@ class AlwaysUnacknowledged:
     def lock_check(self, work: Work, batch: object = None) -> object:
         return object()
 
-    def batch(self, tables: int) -> object:
+    def batch(self, tables: int, read_by_ms: int = 0) -> object:
         return object()
 
     def run_prepared(self, batch: object) -> dict[int, object]:
