@@ -516,6 +516,7 @@ class CleanupHandler:
         self.lock_view_max_age_ms = min(config.interval_ms // 4, 1000)
         self._view: LockView | None = None
         self._view_lock = threading.Lock()
+        self._refreshing = False
         # Key -> due time (epoch ms) of the last delay record published for it: the loop lets a fresh
         # vacuum of a key that has waiting vacuums join their next check (one record per key, not one
         # per vacuum). Written by the workers after the broker acknowledged, read by the loop.
@@ -535,10 +536,29 @@ class CleanupHandler:
             view = self._view
             now = self._now_ms()
             if view is not None and view.asked_ms >= read_by_ms and now - view.asked_ms <= self.lock_view_max_age_ms:
+                if now - view.asked_ms > self.lock_view_max_age_ms // 2 and not self._refreshing:
+                    # Ask for the next list in the background, so no batch waits for a show_locks
+                    # that lists thousands of locks: this one serves until it is replaced.
+                    self._refreshing = True
+                    threading.Thread(target=self._refresh_lock_view, name="lock-view", daemon=True).start()
                 return view
             view = LockView(self, now)
             self._view = view
             return view
+
+    def _refresh_lock_view(self) -> None:
+        try:
+            view = LockView(self, self._now_ms())
+            try:
+                view.all_locks()
+            except MetastoreError:
+                return  # the batches ask again themselves once the current list is too old
+            with self._view_lock:
+                current = self._view
+                if current is None or current.asked_ms < view.asked_ms:
+                    self._view = view
+        finally:
+            self._refreshing = False
 
     def forget_lock_view(self, view: LockView) -> None:
         """Drop ``view`` (one of its calls failed): the next batch asks again."""

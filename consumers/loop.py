@@ -535,7 +535,7 @@ class CleanerLoop:
 
     def _run_lanes(self, lanes: Sequence[tuple[str, Sequence[Work]]]) -> None:
         deferred: list[tuple[Work, Outcome]] = []
-        read_by = max((work.received_ms for _, works in lanes for work in works), default=0)
+        read_by = max((_read_by_ms(work) for _, works in lanes for work in works), default=0)
         batch = self.handler.batch(len(lanes), read_by)
         try:
             queues = [(list(works), self.handler.lock_check(works[0], batch)) for _, works in lanes if works]
@@ -953,6 +953,16 @@ def _committed_at(event: VacuumCommitted | DelayEnvelope | WaitingGroup) -> date
     if isinstance(event, WaitingGroup):
         return event.oldest_commit
     return (event.vacuum if isinstance(event, DelayEnvelope) else event).occurred_at
+
+
+def _read_by_ms(work: Work) -> int:
+    """The earliest time a lock list may have been asked for to answer ``work``: after its vacuum's
+    lock snapshot. For a delay record that is its last check (when it was written, long after the
+    vacuum committed); for anything else, when the loop read it."""
+    event = work.event
+    if isinstance(event, DelayEnvelope | WaitingGroup):
+        return min(work.received_ms, int(event.occurred_at.timestamp() * 1000))
+    return work.received_ms
 
 
 def _header(record: RawRecord, name: str) -> bytes | None:
