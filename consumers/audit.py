@@ -354,16 +354,18 @@ class _History:
         vacuum = self.vacuum[1] if self.vacuum else (latest.vacuum if latest else None)
         identified = vacuum or requested or (self.first_with_table[1] if self.first_with_table else first)
         # The latest start, unless a delay followed it (a delete that failed is delayed after its start).
-        started = max(starts, key=_rank, default=None)
+        started = max(starts, key=_rank) if starts else None
         if started is not None and self.latest_delay is not None and _rank(started) < self.latest_delay[0]:
             started = None
 
         removed: dict[str, int] = {}
+        confirmed = False  # a CleanupDone that is not a dry run exists
         for done in dones:
+            confirmed = confirmed or not done.dry_run
             for directory in done.directories_removed:
                 removed.setdefault(directory.name, directory.bytes)
         reported = len(removed)
-        if any(not done.dry_run for done in dones):
+        if confirmed:
             # Once a CleanupDone exists the cleanup finished: everything announced is gone, either deleted
             # then or found gone later (after a restart, or by a retry of a delete that failed).
             for start in starts:
@@ -551,12 +553,13 @@ def fold(
             history = histories[group] = _History()
         history.add(audited, kind)
     # A vacuum that answered a request shows the request on its own row; the request has no row then.
-    answered = {request_id for history in histories.values() if (request_id := history.request_id()) is not None}
+    request_ids = {group: history.request_id() for group, history in histories.items()}
+    answered = set(request_ids.values())
     rows = []
     for group, history in histories.items():
         if group in answered and not history.has_vacuum():
             continue
-        request_id = history.request_id()
+        request_id = request_ids[group]
         rows.append(history.row(now, overdue_after, histories.get(request_id) if request_id else None))
     return sorted(rows, key=_sort_key)
 
