@@ -5,17 +5,19 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
 
 from acidclean.cli import main
+from acidclean.consumers.audit import read_audit
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import (
     TOPIC_FIELD,
     CleanupDone,
+    DelayedVacuums,
     DelayEnvelope,
     RemovedDirectory,
     RequestedBy,
@@ -25,6 +27,7 @@ from acidclean.schemas.events import (
     VacuumRequested,
     VacuumStarted,
     VacuumThresholds,
+    WaitingVacuum,
 )
 from acidclean.shared.bus.codec import encode, reject
 from acidclean.shared.bus.producer import KafkaEventBus
@@ -53,7 +56,14 @@ def _lock(lock_id: int, user: str, host: str) -> LockSnapshotEntry:
 
 
 def _vacuum(
-    n: int, table: str, partition: str | None, minutes: int, kind: str, new: str, locks: list[Any], **extra: Any
+    n: int,
+    table: str,
+    partition: str | None,
+    minutes: int,
+    kind: Literal["MINOR", "MAJOR"],
+    new: str,
+    locks: list[Any],
+    **extra: Any,
 ) -> Any:
     return VacuumCommitted(
         event_id=_id(n),
@@ -438,3 +448,59 @@ def test_audit_of_topics_that_do_not_exist_yet_is_empty(kafka_bootstrap: str, un
     result = CliRunner().invoke(main, ["audit", "--format", "json"], env=env, catch_exceptions=False)
     assert result.exit_code == 0 and json.loads(result.stdout) == []
     assert "does not exist (yet)" in result.stderr
+
+
+def test_audit_reads_a_delayed_vacuums_as_one_delay_per_waiting_vacuum(kafka_bootstrap: str, unique_name: str) -> None:
+    """Two vacuums of one key: the first waits alone, then both wait in one DelayedVacuums (the second
+    is known from it only), then the first is cleaned. Both decoders give the same rows."""
+    settings = load_settings(
+        environ={}, overrides={"kafka.bootstrap.servers": kafka_bootstrap, "topic_prefix": f"{unique_name}."}
+    )
+    ensure_topics(settings)
+    bob = _lock(5, "bob", "etl-1")
+    first = _vacuum(90, "sales.orders", "ds=7", 0, "MINOR", "delta_0000001_0000003", [bob])
+    second = _vacuum(91, "sales.orders", "ds=7", 1, "MINOR", "delta_0000004_0000005", [])
+    alone = _delay(92, first, 1, timedelta(seconds=2), [bob])
+    checked = second.occurred_at + timedelta(seconds=4)
+    merged = DelayedVacuums(
+        event_id=_id(93),
+        tenant="acme",
+        table="sales.orders",
+        partition="ds=7",
+        occurred_at=checked,
+        causation_id=alone.event_id,
+        due_at=checked + timedelta(seconds=2),
+        waiting=[
+            WaitingVacuum(vacuum=first, attempt=2, locks_held=[bob]),
+            WaitingVacuum(vacuum=second, attempt=1, locks_held=[], check_error="metastore timed out"),
+        ],
+        merged_from=[alone.event_id, second.event_id],
+    )
+    cleaned = CleanupDone(
+        event_id=_id(94),
+        tenant="acme",
+        table="sales.orders",
+        partition="ds=7",
+        occurred_at=checked + timedelta(seconds=3),
+        causation_id=merged.event_id,
+        correlation_id=first.event_id,
+        directories_removed=[RemovedDirectory(name="delta_0000001_0000001_0000", file_count=1, bytes=512)],
+        time_waited_ms=64_000,
+        attempts=3,
+        cleaner_id="cleaner-a",
+    )
+    with KafkaEventBus(settings.kafka) as bus:
+        bus.publish_many([(settings.topic(TOPIC_FIELD[type(e)]), e) for e in (first, alone, merged, cleaned)])
+
+    rows, reader = read_audit(settings)
+    assert reader.records_read == 4
+    assert [(row.vacuum_id, row.state, row.attempts, row.reason) for row in rows] == [
+        (str(first.event_id), "cleaned", 3, None),
+        (str(second.event_id), "waiting", 1, "metastore did not answer: metastore timed out"),
+    ]
+    assert rows[1].vacuum_time == second.occurred_at and rows[1].new_directories == ("delta_0000004_0000005",)
+    assert rows[1].next_check_at == merged.due_at and rows[1].time_waited_ms == 4000
+    assert rows[0].bytes_freed == 512 and rows[0].next_check_at is None
+    assert read_audit(settings, validate=True)[0] == rows
+    assert read_audit(settings, table="sales.orders", partition="ds=7")[0] == rows
+    assert read_audit(settings, table="hr.people")[0] == []
