@@ -54,6 +54,7 @@ from acidclean.consumers.waiting import (
     Member,
     WaitingGroup,
     WireWaiting,
+    build_envelope,
     build_groups,
     entry_of_envelope,
     still_waiting,
@@ -71,7 +72,7 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.bus.codec import due_at_ms, fit_field, reject
+from acidclean.shared.bus.codec import decode, due_at_ms, fit_field, reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, BusError, MetastoreError, TableNotFoundError
@@ -360,6 +361,7 @@ class _Waiting:
     due_at: datetime
     newly_stuck: bool
     outcome_id: str  # the id of the Outcome event of the work it came from
+    single: bool = False  # read from a DelayEnvelope: written back as one while it waits alone
 
 
 class TableLockCheck:
@@ -585,6 +587,9 @@ class CleanupHandler:
     def handle(self, work: Work, locks: TableLockCheck) -> Outcome:
         """Handle one work item; returns once its outcome is acknowledged (raises ``BusError`` if not),
         except a delay envelope: that one is ``deferred`` until :meth:`flush_delays` of the group."""
+        return self._handle_work(work, locks)
+
+    def _handle_work(self, work: Work, locks: TableLockCheck) -> Outcome:
         event = work.event
         if isinstance(event, CleanupRejected):
             return self._dead_letter(event, locks)
@@ -859,6 +864,9 @@ class CleanupHandler:
         held_ids = None if isinstance(held, str) else held
         key = (group.tenant, group.table, group.partition)
         ready: list[Member] = []
+        if group.single and not self._waits_on(group.members[0], locks, held_ids, table_error):
+            # A DelayEnvelope that may be ready: the models' path checks and cleans it (in full).
+            return self._handle_work(self._as_envelope(work), locks)
         for member in group.members:
             view = member.view
             error = table_error
@@ -887,7 +895,9 @@ class CleanupHandler:
                 max_wait_s=self.config.max_wait_s,
             )
             newly_stuck = entry.stuck and not member.wire.stuck
-            locks.waiting.append(_Waiting(group.event_id, key, entry, now, due, newly_stuck, str(group.event_id)))
+            locks.waiting.append(
+                _Waiting(group.event_id, key, entry, now, due, newly_stuck, str(group.event_id), group.single)
+            )
         shell = DelayedVacuums.model_construct(
             event_id=group.event_id,
             tenant=group.tenant,
@@ -903,6 +913,27 @@ class CleanupHandler:
         for member in ready:
             self._leave_group(work, group, member, now, locks)
         return Outcome("delayed", shell, deferred=True)
+
+    def _waits_on(
+        self, member: Member, locks: TableLockCheck, held_ids: set[int] | None, table_error: str | None
+    ) -> bool:
+        """Whether the check certainly finds ``member`` not ready: a snapshot lock still listed, or the
+        metastore did not answer (fail closed)."""
+        if table_error is not None or held_ids is None:
+            return True
+        return any(lock_id in held_ids for lock_id in member.lock_ids)
+
+    def _as_envelope(self, work: Work) -> Work:
+        """The work of a DelayEnvelope read without the models, read again by them."""
+        event = decode(
+            work.record,
+            rejected_by=self.config.cleaner_id,
+            tenant=self.config.tenant,
+            expected=(DelayEnvelope,),
+            now=self._clock.now,
+        )
+        assert isinstance(event, DelayEnvelope | CleanupRejected)
+        return Work(work.record, event, work.generation, work.due_ms, work.received_ms)
 
     def _leave_group(
         self, work: Work, group: WaitingGroup, member: Member, now: datetime, locks: TableLockCheck
@@ -992,6 +1023,19 @@ class CleanupHandler:
                 )
         merged: list[tuple[GroupOut, list[_Waiting]]] = []
         for (tenant, table, partition), items in by_key.items():
+            if len(items) == 1 and items[0].single:
+                item = items[0]
+                envelope = build_envelope(
+                    tenant=tenant,
+                    table=table,
+                    partition=partition,
+                    entry=item.entry,
+                    source=item.source,
+                    checked_at=item.checked_at,
+                    due_at=item.due_at,
+                )
+                merged.append((GroupOut(envelope, (item.entry,)), items))
+                continue
             items.sort(key=lambda item: item.checked_at)
             sources = list(dict.fromkeys(item.source for item in items))
             outs = build_groups(

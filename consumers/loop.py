@@ -67,7 +67,7 @@ from acidclean.consumers.handler import CleanupHandler, Outcome, Work
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.scheduling import clamp_due_ms, due_time_problem, poll_timeout_s
-from acidclean.consumers.waiting import WaitingGroup, group_of_model, read_group
+from acidclean.consumers.waiting import WaitingGroup, group_of_model, read_envelope, read_group
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.bus.codec import CE_TYPE, decode, due_at_ms, header_due_at_ms, reject
 from acidclean.shared.bus.records import RawRecord, raw_record
@@ -76,6 +76,7 @@ from acidclean.shared.errors import BusError
 LOGGER = logging.getLogger("acidclean.cleaner")
 Partition = tuple[str, int]
 _GROUP_TYPE = DelayedVacuums.event_type.encode()
+_ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
 LATE_MS = 100  # re-checks later than this are logged (DEBUG) with where the time went
 
 
@@ -358,8 +359,12 @@ class CleanerLoop:
     def _work(self, record: RawRecord, generation: int, now: int) -> Work:
         on_delay_topic = record.topic == self.config.delay_topic
         event: Any = None
-        if on_delay_topic and _header(record, CE_TYPE) == _GROUP_TYPE:
-            event = read_group(record, self.config.tenant)  # without the models; None: they decide
+        if on_delay_topic:  # read without the models; None: they decide
+            ce_type = _header(record, CE_TYPE)
+            if ce_type == _GROUP_TYPE:
+                event = read_group(record, self.config.tenant)
+            elif ce_type == _ENVELOPE_TYPE:
+                event = read_envelope(record, self.config.tenant)
         if event is None:
             expected = (DelayEnvelope, DelayedVacuums) if on_delay_topic else (VacuumCommitted,)
             event = decode(record, rejected_by=self.config.cleaner_id, tenant=self.config.tenant, expected=expected)

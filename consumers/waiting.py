@@ -76,7 +76,29 @@ class WireGroup(msgspec.Struct, forbid_unknown_fields=True):
     partition: str | None = None
 
 
+class WireEnvelope(msgspec.Struct, forbid_unknown_fields=True):
+    """A :class:`acidclean.schemas.events.DelayEnvelope` on the wire, its vacuum and locks as bytes."""
+
+    schema_version: int
+    event_id: str
+    tenant: str
+    table: str
+    occurred_at: str
+    causation_id: str | None
+    correlation_id: str
+    vacuum: msgspec.Raw
+    attempt: int
+    due_at: str
+    locks_held: list[msgspec.Raw]
+    check_error: str | None = None
+    stuck: bool = False
+    stuck_since: str | None = None
+    open_txns: list[int] = []
+    partition: str | None = None
+
+
 _GROUP = msgspec.json.Decoder(WireGroup)
+_ENVELOPE = msgspec.json.Decoder(WireEnvelope)
 _VIEW = msgspec.json.Decoder(VacuumView)
 _LOCK = msgspec.json.Decoder(LockRef)
 _ENCODER = msgspec.json.Encoder()
@@ -106,6 +128,9 @@ class WaitingGroup:
     occurred_at: datetime
     due_at: datetime
     members: tuple[Member, ...]
+    # Read from a DelayEnvelope (one vacuum): written back as one while it waits alone, and handled by
+    # the models' path as soon as it may be ready.
+    single: bool = False
     event_type = DelayedVacuums.event_type
     correlation_id = None
 
@@ -143,6 +168,86 @@ def read_group(record: RawRecord, tenant: str) -> WaitingGroup | None:
     ):
         return None
     return WaitingGroup(event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, members)
+
+
+def read_envelope(record: RawRecord, tenant: str) -> WaitingGroup | None:
+    """A DelayEnvelope read as a group of one (``single``), or None when the models must decide."""
+    if not record.value:
+        return None
+    try:
+        wire = _ENVELOPE.decode(record.value)
+        occurred_at = _moment(wire.occurred_at)
+        due_at = _moment(wire.due_at)
+        entry = WireWaiting(
+            vacuum=wire.vacuum,
+            attempt=wire.attempt,
+            locks_held=wire.locks_held,
+            check_error=wire.check_error,
+            stuck=wire.stuck,
+            stuck_since=wire.stuck_since,
+            open_txns=wire.open_txns,
+        )
+        member = _member(entry)
+        event_id = uuid.UUID(wire.event_id)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+        return None
+    view = member.view
+    if wire.schema_version != 1 or wire.tenant != tenant or wire.correlation_id != view.event_id:
+        return None
+    if (view.tenant, view.table, view.partition) != (wire.tenant, wire.table, wire.partition):
+        return None
+    if record.key != event_key(wire.tenant, wire.table, wire.partition).encode():
+        return None
+    if str(event_id) != wire.event_id or dict(record.headers).get("ce_id") != wire.event_id.encode():
+        return None
+    return WaitingGroup(event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, (member,), True)
+
+
+def build_envelope(
+    *,
+    tenant: str,
+    table: str,
+    partition: str | None,
+    entry: WireWaiting,
+    source: uuid.UUID,
+    checked_at: datetime,
+    due_at: datetime,
+) -> DelayEnvelope:
+    """The DelayEnvelope of a vacuum waiting alone, written without the models (what
+    :func:`acidclean.consumers.scheduling.delay_envelope` makes from the envelope ``source``)."""
+    vacuum_id = vacuum_id_of(entry)
+    event_id = derived_event_id(source, "delay")
+    wire = WireEnvelope(
+        schema_version=1,
+        event_id=str(event_id),
+        tenant=tenant,
+        table=table,
+        partition=partition,
+        occurred_at=iso(checked_at),
+        causation_id=str(source),
+        correlation_id=vacuum_id,
+        vacuum=entry.vacuum,
+        attempt=entry.attempt,
+        due_at=iso(due_at),
+        locks_held=entry.locks_held,
+        check_error=entry.check_error,
+        stuck=entry.stuck,
+        stuck_since=entry.stuck_since,
+        open_txns=entry.open_txns,
+    )
+    shell = DelayEnvelope.model_construct(
+        event_id=event_id,
+        tenant=tenant,
+        table=table,
+        partition=partition,
+        occurred_at=checked_at,
+        causation_id=source,
+        correlation_id=uuid.UUID(vacuum_id),
+        attempt=entry.attempt,
+        due_at=due_at,
+    )
+    shell.attach_wire_value(_ENCODER.encode(wire))
+    return shell
 
 
 def group_of_model(event: DelayedVacuums) -> WaitingGroup:
@@ -230,7 +335,7 @@ class GroupOut:
     """A ``DelayedVacuums`` built without the models: the model shell (for the codec's headers and the
     logs) carries the bytes to publish."""
 
-    event: DelayedVacuums
+    event: DelayedVacuums | DelayEnvelope
     entries: tuple[WireWaiting, ...]
 
 

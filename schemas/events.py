@@ -119,6 +119,16 @@ class DelayEnvelope(EventBase):
         "(readers that take no locks may be using them; at most 100 listed).",
     )
 
+    # The JSON to publish, when the cleaner wrote it without the models (acidclean.consumers.waiting).
+    _wire_value: bytes | None = PrivateAttr(default=None)
+
+    def attach_wire_value(self, value: bytes) -> None:
+        self._wire_value = value
+
+    @property
+    def wire_value(self) -> bytes | None:
+        return self._wire_value
+
     @model_validator(mode="after")
     def _consistent(self) -> DelayEnvelope:
         vacuum = self.vacuum

@@ -122,12 +122,11 @@ def encode(event: EventBase, *, source: str = DEFAULT_SOURCE) -> OutgoingRecord:
         headers.append((CORRELATION_ID, str(event.correlation_id).encode()))
     if event.causation_id is not None:
         headers.append((CAUSATION_ID, str(event.causation_id).encode()))
-    if isinstance(event, DelayEnvelope):
+    if isinstance(event, DelayEnvelope | DelayedVacuums):
         headers.append((DUE_AT, due_at_ms(event.due_at).to_bytes(8, "big", signed=True)))
-        headers.append((ATTEMPT, str(event.attempt).encode()))
-    elif isinstance(event, DelayedVacuums):
-        headers.append((DUE_AT, due_at_ms(event.due_at).to_bytes(8, "big", signed=True)))
-        value = event.wire_value
+        if isinstance(event, DelayEnvelope):
+            headers.append((ATTEMPT, str(event.attempt).encode()))
+        value = event.wire_value  # written without the models (acidclean.consumers.waiting)
         if value is not None:
             return OutgoingRecord(key=key, value=value, headers=tuple(headers))
     return OutgoingRecord(key=key, value=event.model_dump_json().encode("utf-8"), headers=tuple(headers))

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acidclean.consumers.rules.readiness import Readiness
+from acidclean.consumers.scheduling import delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope, read_group, still_waiting
 from acidclean.schemas.events import (
     CleanupDone,
@@ -436,3 +438,47 @@ def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it(
     failed = rig.metastore.calls["show_locks"]  # (a failed call is retried a few times first)
     lock_list_of_a_new_batch(read)  # a failed answer is not kept: asked again
     assert rig.metastore.calls["show_locks"] == failed + 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    attempt=st.integers(1, 500),
+    held=st.sets(st.sampled_from([7, 8])),
+    stuck_before=st.booleans(),
+    max_wait_s=st.sampled_from([1.0, 3600.0]),
+)
+def test_a_lone_waiting_vacuum_is_parked_again_as_the_models_would_park_it(
+    attempt: int, held: set[int], stuck_before: bool, max_wait_s: float
+) -> None:
+    """A DelayEnvelope re-checked without the models while a snapshot lock is held: the envelope written
+    is the one :func:`delay_envelope` builds (same id, causation, attempt, due time, locks, stuck)."""
+    held = held or {7}
+    rig = Rig(max_wait_s=max_wait_s)
+    consumer = FakeConsumer(rig.clock)
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    for lock_id in sorted(held):
+        rig.metastore.take_lock(lock_id, "sales.orders", "ds=2025-03-14")
+    event = vacuum(lock_snapshot=[lock(7), lock(8)])
+    now = rig.clock.now()
+    previous = _envelope(
+        event,
+        attempt=attempt,
+        occurred_at=now - timedelta(seconds=2),
+        due_at=now,
+        stuck=stuck_before,
+        stuck_since=(now - timedelta(seconds=30)) if stuck_before else None,
+    )
+    consumer.append(D, 0, previous)
+    loop = loop_over(rig, consumer)
+    loop.step()
+    [written] = envelopes(rig)
+    checked = written.occurred_at
+    expected = delay_envelope(
+        previous,
+        Readiness(False, tuple(entry for entry in event.lock_snapshot if entry.lock_id in held)),
+        now=checked,
+        interval_ms=2000,
+        max_wait_s=max_wait_s,
+    )
+    assert written == expected
+    assert rig.fs.deleted == []
