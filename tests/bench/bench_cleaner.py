@@ -11,6 +11,8 @@
 3. Cleanups per second of one process on lock-free tables, against a single-threaded loop doing the
    same metastore calls, listing and deletes (no Kafka), for 1, 2, 4 and 8 threads in one run
    (``ACIDCLEAN_BENCH_THREADS=1,4`` picks others; ``ACIDCLEAN_BENCH_TABLES`` the tables per run, 80).
+   Each cleaner run is timed from a warm producer's publish to the last CleanupDone and compared with
+   the loop run just before and after it (half as many tables), since the shared box's load drifts.
 
 Run: ``pytest tests/bench/bench_cleaner.py -m bench -s`` (about two minutes).
 """
@@ -284,29 +286,33 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
     metastore_uri: str,
     unique_name: str,
 ) -> None:
-    """One run: the reference loop (half before, half after the cleaner runs, so load drift on the
-    shared box weighs on both alike), then the cleaner with 1, 2, 4 and 8 threads on tables of their own."""
+    """One run: the cleaner with 1, 2, 4 and 8 threads on tables of their own, each run between two
+    stretches of the reference loop (a quarter of the tables before, a quarter after), so each ratio
+    compares with the loop measured around it: the load of the shared box drifts within a run."""
     root = tmp_path / "data"
     curve = [int(t) for t in os.environ.get("ACIDCLEAN_BENCH_THREADS", "1,2,4,8").split(",")]
-    theirs = [create_table(metastore, root, f"{unique_name}r{i}") for i in range(THROUGHPUT_TABLES)]
+    quarter = max(1, THROUGHPUT_TABLES // 4)
+    theirs = {
+        threads: [create_table(metastore, root, f"{unique_name}r{threads}c{i}") for i in range(2 * quarter)]
+        for threads in curve
+    }
     ours = {
         threads: [create_table(metastore, root, f"{unique_name}t{threads}c{i}") for i in range(THROUGHPUT_TABLES)]
         for threads in curve
     }
-    for table in theirs + [table for tables in ours.values() for table in tables]:
+    for table in [table for tables in [*theirs.values(), *ours.values()] for table in tables]:
         table.commit_deltas(3)
-    their_vacuums = [table.minor_vacuum() for table in theirs]
-    half = THROUGHPUT_TABLES // 2
+    their_vacuums = {threads: [table.minor_vacuum() for table in tables] for threads, tables in theirs.items()}
     rates: dict[int, float] = {}
+    loop_rates: dict[int, float] = {}
 
-    def reference(batch: slice) -> float:
+    def reference(threads: int, batch: slice) -> float:
         started = time.perf_counter()
-        for table, vacuum in zip(theirs[batch], their_vacuums[batch], strict=True):
+        for table, vacuum in zip(theirs[threads][batch], their_vacuums[threads][batch], strict=True):
             assert reference_clean(metastore, table, vacuum) == 3
         return time.perf_counter() - started
 
     load_before = os.getloadavg()[0]
-    reference_s = reference(slice(0, half))
     for threads in curve:
         settings = cleaner_settings(
             kafka_bootstrap,
@@ -318,19 +324,21 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
             threads=threads,
         )
         vacuums = [table.minor_vacuum() for table in ours[threads]]
+        reference_s = reference(threads, slice(0, quarter))
         cleaner_s = run_cleaner(settings, metastore, root, f"{unique_name}t{threads}", tmp_path / str(threads), vacuums)
+        reference_s += reference(threads, slice(quarter, None))
         assert all(table.children() == v.new_directories for table, v in zip(ours[threads], vacuums, strict=True))
         rates[threads] = THROUGHPUT_TABLES / cleaner_s
-    reference_s += reference(slice(half, None))
-    ref_rate = THROUGHPUT_TABLES / reference_s
+        loop_rates[threads] = 2 * quarter / reference_s
+    ref_rate = len(curve) * 2 * quarter / sum(2 * quarter / rate for rate in loop_rates.values())
     print(
         f"\n[bench] cleanups/s, {THROUGHPUT_TABLES} lock-free tables x 3 deltas per run, cleaner in its own process, "
         f"from publishing (warm producer) to the last CleanupDone; single-threaded loop without Kafka "
-        f"{ref_rate:.1f}/s; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after "
-        f"({os.cpu_count()} cores)"
+        f"{ref_rate:.1f}/s over the whole run; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} "
+        f"after ({os.cpu_count()} cores)"
     )
     for threads, rate in rates.items():
         print(
-            f"[bench]   threads={threads}: {rate:6.1f}/s  ratio to the loop {rate / ref_rate:5.2f}  "
-            f"to threads=1 {rate / rates.get(1, rate):5.2f}"
+            f"[bench]   threads={threads}: {rate:6.1f}/s  ratio to the loop around it ({loop_rates[threads]:5.1f}/s) "
+            f"{rate / loop_rates[threads]:5.2f}  to threads=1 {rate / rates.get(1, rate):5.2f}"
         )
