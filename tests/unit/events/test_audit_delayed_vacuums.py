@@ -6,9 +6,13 @@ import random
 from datetime import timedelta
 from typing import Any
 
-from acidclean.consumers.audit import AuditRow, fold
+from acidclean.consumers.audit import AuditRow, FastDecoder, decode_records, fold
 from acidclean.consumers.timeline import build_timeline
-from acidclean.schemas.events import DelayedVacuums, RemovedDirectory, WaitingVacuum
+from acidclean.consumers.waiting import build_groups, entry_of_envelope
+from acidclean.schemas.events import TOPIC_FIELD, DelayedVacuums, RemovedDirectory, WaitingVacuum
+from acidclean.shared.bus.codec import encode
+from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.settings import load_settings
 
 from .factories import T0, delay, delayed_vacuums, done, lock, vacuum
 
@@ -135,3 +139,37 @@ def test_the_timeline_marks_a_wait_for_each_waiting_vacuum() -> None:
     assert merged == alone
     assert [mark.label for mark in merged.marks if mark.kind == "wait"] == ["wait #4: 1 lock(s)", "wait #1: 0 lock(s)"]
     assert build_timeline([envelope], "hr.people").marks == ()
+
+
+def test_the_cleaners_own_delayed_vacuums_bytes_take_the_fast_path_and_give_the_validated_rows() -> None:
+    """The cleaner writes DelayedVacuums without the models (acidclean.consumers.waiting): the audit's
+    fast decoder reads those bytes itself, and folds them as the models do."""
+    first, second = _two_of_one_key()
+    stuck = delay(first, 6, locks_held=[lock(2)], stuck=True, stuck_since=T0 + timedelta(hours=1))
+    failing = delay(second, 2, locks_held=[], check_error="thrift://hms:9083 timed out")
+    checked = second.occurred_at + timedelta(seconds=9)
+    [out] = build_groups(
+        tenant=first.tenant,
+        table=first.table,
+        partition=first.partition,
+        entries=[entry_of_envelope(stuck), entry_of_envelope(failing)],
+        sources=[stuck.event_id, failing.event_id],
+        checked_at=checked,
+        due_at=checked + timedelta(seconds=2),
+    )
+    settings = load_settings(environ={}, overrides={"topic_prefix": "p."})
+    records = []
+    for offset, event in enumerate([first, out.event]):
+        record = encode(event)
+        topic = settings.topic(TOPIC_FIELD[type(event)])
+        records.append(RawRecord(topic, 0, offset, record.key, record.value, record.headers, 1_700_000_000_000))
+    decoder = FastDecoder(settings)
+    fast = fold(decoder.records(records), now=NOW, overdue_after=OVERDUE)
+    assert decoder.fallbacks == 0
+    validated = fold(decode_records(records, settings), now=NOW, overdue_after=OVERDUE)
+    assert _shown(fast) == _shown(validated)
+    assert [(row.vacuum_id, row.state, row.attempts) for row in fast] == [
+        (str(first.event_id), "overdue", 6),
+        (str(second.event_id), "overdue", 2),
+    ]
+    assert fast[0].stuck_since == T0 + timedelta(hours=1) and fast[1].vacuum_time == second.occurred_at
