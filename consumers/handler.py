@@ -62,6 +62,7 @@ from acidclean.consumers.waiting import (
 )
 from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import (
+    MAX_WAITING_PER_ENVELOPE,
     CleanupDone,
     CleanupRejected,
     CleanupStarted,
@@ -216,6 +217,7 @@ class LockView:
         self._by_table: dict[tuple[str, str], list[LockInfo]] | None = None
         self._txns: ValidTxnList | None = None
         self._guard = threading.Lock()
+        self.served = 0  # tables answered
 
     def all_locks(self) -> list[LockInfo]:
         """Every lock (raises ``MetastoreError``; a failed call is not kept, the next check asks again)."""
@@ -232,6 +234,7 @@ class LockView:
         """One table's locks, by an index built once (a scan per table would cost tables x locks)."""
         locks = self.all_locks()
         with self._guard:
+            self.served += 1
             if self._by_table is None:
                 index: dict[tuple[str, str], list[LockInfo]] = {}
                 for lock in locks:
@@ -332,7 +335,9 @@ class OutcomeBatch:
         # the calls measured so far say one call per table costs less (a metastore holding many locks),
         # or a lock list fresh enough for this batch is at hand anyway.
         fresh = handler.has_lock_view(read_by_ms)
-        self.per_table = not fresh and not (tables > 1 and handler.lock_call_costs.prefer_unfiltered(tables))
+        # An unfiltered list serves every batch while it is fresh: weigh it by the tables the last one served.
+        served = max(tables, handler.tables_per_lock_view)
+        self.per_table = not fresh and not (served > 1 and handler.lock_call_costs.prefer_unfiltered(served))
         # Asked only when used: for every table unless per_table, else for the transaction rule's tables.
         self.check = SharedCheck(handler, read_by_ms)
         self.tables: list[TableLockCheck] = []
@@ -361,6 +366,7 @@ class _Waiting:
     due_at: datetime
     newly_stuck: bool
     outcome_id: str  # the id of the Outcome event of the work it came from
+    vacuum_id: str
     single: bool = False  # read from a DelayEnvelope: written back as one while it waits alone
 
 
@@ -512,13 +518,17 @@ class CleanupHandler:
         self._stuck: dict[str, float] = {}
         self._stuck_lock = threading.Lock()
         self.lock_call_costs = LockCallCosts()
-        # A lock list shared by the batches that start while it is fresh: at most a quarter of an
-        # interval (and a second) old, so a lock released just before a check delays its cleanup by at
-        # most one interval more; thousands of waiting tables then cost a few show_locks per interval.
-        self.lock_view_max_age_ms = min(config.interval_ms // 4, 1000)
+        # A lock list shared by the batches that start while it is fresh (see lock_view_max_age_ms).
+        self._base_view_age_ms = min(config.interval_ms // 4, 1000)
         self._view: LockView | None = None
         self._view_lock = threading.Lock()
         self._refreshing = False
+        self.tables_per_lock_view = 0  # tables the last replaced lock list answered
+        # Delay records this process wrote, by event id: its own clock's time of the check that wrote
+        # them. Any lock of their snapshots was taken before that check, so a lock list asked after it
+        # may answer them (a record another process wrote only counts from when this one read it).
+        self._own_checks: dict[str, int] = {}
+        self._own_checks_lock = threading.Lock()
         # Key -> due time (epoch ms) of the last delay record published for it: the loop lets a fresh
         # vacuum of a key that has waiting vacuums join their next check (one record per key, not one
         # per vacuum). Written by the workers after the broker acknowledged, read by the loop.
@@ -531,19 +541,24 @@ class CleanupHandler:
         return TableLockCheck(self, table or "", batch)
 
     def lock_view(self, read_by_ms: int) -> LockView:
-        """The newest :class:`LockView` if it was asked for at or after ``read_by_ms`` (when the batch's
-        last event was read) and is at most :attr:`lock_view_max_age_ms` old, else a new one (one thread
-        asks; the others wait for its answer). Raises ``MetastoreError`` (a failed answer is not kept)."""
+        """The newest :class:`LockView` if it was asked for after ``read_by_ms`` (in a later millisecond
+        than when the batch's last event was read, or than this process's own check that wrote it) and
+        is at most :attr:`lock_view_max_age_ms` old, else a new one (one thread asks; the others wait
+        for its answer). Raises ``MetastoreError`` (a failed answer is not kept)."""
         with self._view_lock:
             view = self._view
             now = self._now_ms()
-            if view is not None and view.asked_ms >= read_by_ms and now - view.asked_ms <= self.lock_view_max_age_ms:
-                if now - view.asked_ms > self.lock_view_max_age_ms // 2 and not self._refreshing:
+            if view is not None and view.asked_ms > read_by_ms and now - view.asked_ms <= self.lock_view_max_age_ms:
+                max_age = self.lock_view_max_age_ms
+                renew_at = max(max_age // 4, max_age - 2 * self._unfiltered_ms())
+                if now - view.asked_ms > renew_at and not self._refreshing:
                     # Ask for the next list in the background, so no batch waits for a show_locks
                     # that lists thousands of locks: this one serves until it is replaced.
                     self._refreshing = True
                     threading.Thread(target=self._refresh_lock_view, name="lock-view", daemon=True).start()
                 return view
+            if view is not None:
+                self.tables_per_lock_view = view.served
             view = LockView(self, now)
             self._view = view
             return view
@@ -558,9 +573,35 @@ class CleanupHandler:
             with self._view_lock:
                 current = self._view
                 if current is None or current.asked_ms < view.asked_ms:
+                    if current is not None:
+                        self.tables_per_lock_view = current.served
                     self._view = view
         finally:
             self._refreshing = False
+
+    @property
+    def lock_view_max_age_ms(self) -> int:
+        """How old a shared lock list may be: a quarter interval (at most 1 s), or three times what an
+        unfiltered show_locks takes when that is longer (thousands of locks), so the list renewed in the
+        background arrives before it is too old; never more than half an interval. A lock released just
+        before a check so delays its cleanup by at most one interval more."""
+        return min(self.config.interval_ms // 2, max(self._base_view_age_ms, 3 * self._unfiltered_ms()))
+
+    def _unfiltered_ms(self) -> int:
+        measured = self.lock_call_costs.unfiltered_s
+        return 0 if measured is None else int(measured * 1000)
+
+    def checked_at_ms(self, event_id: uuid.UUID) -> int | None:
+        """When this process made the check that wrote delay record ``event_id`` (None if it did not)."""
+        return self._own_checks.get(str(event_id))
+
+    def _remember_checks(self, written: Sequence[tuple[EventBase, datetime]]) -> None:
+        horizon = self._now_ms() - 4 * self.config.interval_ms
+        with self._own_checks_lock:
+            for event, checked in written:
+                self._own_checks[str(event.event_id)] = int(checked.timestamp() * 1000)
+            if len(self._own_checks) > 1000 and next(iter(self._own_checks.values())) < horizon:
+                self._own_checks = {key: at for key, at in self._own_checks.items() if at >= horizon}
 
     def forget_lock_view(self, view: LockView) -> None:
         """Drop ``view`` (one of its calls failed): the next batch asks again."""
@@ -572,7 +613,7 @@ class CleanupHandler:
         view = self._view
         return (
             view is not None
-            and view.asked_ms >= read_by_ms
+            and view.asked_ms > read_by_ms
             and self._now_ms() - view.asked_ms <= self.lock_view_max_age_ms
         )
 
@@ -696,11 +737,13 @@ class CleanupHandler:
             self._delays_published(acknowledged)
             for _, _, envelope in acknowledged:
                 self.chain_due[envelope.key] = due_at_ms(envelope.due_at)
+            self._remember_checks([(envelope, envelope.occurred_at) for _, _, envelope in acknowledged])
         for out, members in groups:
             error = failed.get(str(out.event.event_id))
             if error is None:
                 self._group_published(out, members)
                 self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
+                self._remember_checks([(out.event, min(member.checked_at for member in members))])
         # An outcome that went out inside another record fails with it: a work is finished only once
         # every record carrying its outcome was acknowledged.
         for published, outcome_ids in batch.carried_by.items():
@@ -896,7 +939,17 @@ class CleanupHandler:
             )
             newly_stuck = entry.stuck and not member.wire.stuck
             locks.waiting.append(
-                _Waiting(group.event_id, key, entry, now, due, newly_stuck, str(group.event_id), group.single)
+                _Waiting(
+                    group.event_id,
+                    key,
+                    entry,
+                    now,
+                    due,
+                    newly_stuck,
+                    str(group.event_id),
+                    member.vacuum_id,
+                    group.single,
+                )
             )
         shell = DelayedVacuums.model_construct(
             event_id=group.event_id,
@@ -1019,12 +1072,19 @@ class CleanupHandler:
                         envelope.due_at,
                         envelope.stuck and not (isinstance(processed, DelayEnvelope) and processed.stuck),
                         str(envelope.event_id),
+                        str(envelope.vacuum.event_id),
                     )
                 )
         merged: list[tuple[GroupOut, list[_Waiting]]] = []
         for (tenant, table, partition), items in by_key.items():
-            if len(items) == 1 and items[0].single:
-                item = items[0]
+            # One vacuum may come twice (a record delivered again with its own earlier outcome): it is
+            # written once, and each copy's outcome is carried by the record that carries it.
+            kept: dict[str, _Waiting] = {}
+            for item in sorted(items, key=lambda item: (item.checked_at, -item.entry.attempt)):
+                kept.setdefault(item.vacuum_id, item)
+            unique = list(kept.values())
+            if len(unique) == 1 and unique[0].single:
+                item = unique[0]
                 envelope = build_envelope(
                     tenant=tenant,
                     table=table,
@@ -1036,20 +1096,18 @@ class CleanupHandler:
                 )
                 merged.append((GroupOut(envelope, (item.entry,)), items))
                 continue
-            items.sort(key=lambda item: item.checked_at)
-            sources = list(dict.fromkeys(item.source for item in items))
             outs = build_groups(
                 tenant=tenant,
                 table=table,
                 partition=partition,
-                entries=[item.entry for item in items],
-                sources=sources,
-                checked_at=min(item.checked_at for item in items),
-                due_at=max(item.due_at for item in items),
+                entries=[item.entry for item in unique],
+                sources=list(dict.fromkeys(item.source for item in items)),
+                checked_at=min(item.checked_at for item in unique),
+                due_at=max(item.due_at for item in unique),
             )
+            chunk_of = {item.vacuum_id: index // MAX_WAITING_PER_ENVELOPE for index, item in enumerate(unique)}
             for index, out in enumerate(outs):
-                members = items[index * len(outs[0].entries) : index * len(outs[0].entries) + len(out.entries)]
-                merged.append((out, members))
+                merged.append((out, [item for item in items if chunk_of[item.vacuum_id] == index]))
         return classic, merged
 
     def _group_published(self, out: GroupOut, members: Sequence[_Waiting]) -> None:

@@ -124,6 +124,7 @@ class PartitionState:
     seen_until: int | None = None  # every offset below was handed over, held or skipped
     in_flight: set[int] = field(default_factory=set)
     held: deque[Work] = field(default_factory=deque)  # fetched, not yet due, in offset order
+    held_bytes: int = 0  # the size of their values
     dropping: bool = False  # held is full: later records are left to be fetched again after the resume
     backlogged: bool = False  # paused because the lanes hold max_queued records: resumed once they drain
     paused_until_ms: int | None = None
@@ -158,6 +159,7 @@ class LoopConfig:
     workers: int = 1  # batches running at once (the table thread pool's size)
     batch_tables: int = 200  # lanes (tables) in one batch at most
     held_per_partition: int = 250  # records read ahead of their due time and kept, per paused partition
+    held_bytes: int = 1 << 20  # and at most this many bytes of them (a DelayedVacuums holds up to 100 vacuums)
     max_queued: int = 2000  # records handed over and not finished (queued or running), before fetching pauses
 
 
@@ -324,7 +326,8 @@ class CleanerLoop:
             return  # fetched before a revoke: its next owner reads it from the committed offset
         if state.seen_until is not None and offset < state.seen_until:
             return  # a re-fetched copy of a record already handed over or held
-        if state.dropping or (state.paused_until_ms is not None and len(state.held) >= self.config.held_per_partition):
+        held_full = len(state.held) >= self.config.held_per_partition or state.held_bytes >= self.config.held_bytes
+        if state.dropping or (state.paused_until_ms is not None and held_full):
             # Not read at all: fetched again from the held head once the partition resumes, so the memory
             # held stays bounded however many vacuums wait, and the offset never moves past it.
             state.dropping = True
@@ -350,6 +353,7 @@ class CleanerLoop:
             return
         if state.held or state.paused_until_ms is not None:
             state.held.append(work)
+            state.held_bytes += len(work.record.value or b"")
             return
         if work.due_ms > now:
             self._hold(partition, state, work)
@@ -424,6 +428,7 @@ class CleanerLoop:
         self.consumer.pause([TopicPartition(topic, number)])
         self.consumer.seek(TopicPartition(topic, number, work.offset))
         state.held.append(work)
+        state.held_bytes += len(work.record.value or b"")
         state.paused_until_ms = work.due_ms
         self._note_pending(work)
 
@@ -484,7 +489,9 @@ class CleanerLoop:
             if state.paused_until_ms is None or state.paused_until_ms > now or not state.accepting:
                 continue
             while state.held and state.held[0].due_ms <= now:
-                self._hand_over(partition, state, state.held.popleft(), now)
+                released = state.held.popleft()
+                state.held_bytes -= len(released.record.value or b"")
+                self._hand_over(partition, state, released, now)
             if state.held:
                 state.paused_until_ms = state.held[0].due_ms
             else:
@@ -540,7 +547,7 @@ class CleanerLoop:
 
     def _run_lanes(self, lanes: Sequence[tuple[str, Sequence[Work]]]) -> None:
         deferred: list[tuple[Work, Outcome]] = []
-        read_by = max((_read_by_ms(work) for _, works in lanes for work in works), default=0)
+        read_by = max((_read_by_ms(work, self.handler) for _, works in lanes for work in works), default=0)
         batch = self.handler.batch(len(lanes), read_by)
         try:
             queues = [(list(works), self.handler.lock_check(works[0], batch)) for _, works in lanes if works]
@@ -778,6 +785,7 @@ class CleanerLoop:
             state.generation = next(self._generations)
         state.in_flight.clear()
         state.held.clear()
+        state.held_bytes = 0
         self._purge_joiners({partition})
         state.dropping = state.backlogged = False
         state.seen_until = offset
@@ -960,13 +968,16 @@ def _committed_at(event: VacuumCommitted | DelayEnvelope | WaitingGroup) -> date
     return (event.vacuum if isinstance(event, DelayEnvelope) else event).occurred_at
 
 
-def _read_by_ms(work: Work) -> int:
-    """The earliest time a lock list may have been asked for to answer ``work``: after its vacuum's
-    lock snapshot. For a delay record that is its last check (when it was written, long after the
-    vacuum committed); for anything else, when the loop read it."""
+def _read_by_ms(work: Work, handler: Any) -> int:
+    """After when a lock list must have been asked for to answer ``work``: after its vacuum's lock
+    snapshot was taken. For a delay record this process wrote, its own check that wrote it; for
+    anything else (whatever its fields say: another host's clock, or a forged record), when this
+    loop read it."""
     event = work.event
     if isinstance(event, DelayEnvelope | WaitingGroup):
-        return min(work.received_ms, int(event.occurred_at.timestamp() * 1000))
+        checked_at: int | None = getattr(handler, "checked_at_ms", lambda _: None)(event.event_id)
+        if checked_at is not None:
+            return min(work.received_ms, checked_at)
     return work.received_ms
 
 

@@ -24,7 +24,7 @@ from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
 from acidclean.schemas.common import LockSnapshotEntry
-from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
+from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.bus.codec import decode
@@ -82,6 +82,8 @@ def answered(rig: Rig) -> set[uuid.UUID]:
         for event in rig.published(topic):
             if isinstance(event, CleanupDone | DelayEnvelope | CleanupRejected):
                 ids.add(event.causation_id)
+            elif isinstance(event, DelayedVacuums):  # one record carrying on several: each is answered
+                ids.update(event.merged_from)
     return ids
 
 

@@ -417,7 +417,7 @@ def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it(
     """One unfiltered show_locks answers every batch that starts within a quarter interval of it, but
     never a batch holding an event read after it was asked (its vacuum may have committed after)."""
     rig = Rig()
-    read = rig.clock.now_ms()
+    read = rig.clock.now_ms() - 1  # the batch's events were read before the list is asked
 
     def lock_list_of_a_new_batch(read_by_ms: int) -> None:
         rig.handler.batch(3, read_by_ms).check.all_locks()
@@ -425,12 +425,14 @@ def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it(
     lock_list_of_a_new_batch(read)
     lock_list_of_a_new_batch(read)
     assert rig.metastore.calls["show_locks"] == 1
+    lock_list_of_a_new_batch(read + 1)  # an event read in the millisecond the list was asked: maybe after
+    assert rig.metastore.calls["show_locks"] == 2
     rig.clock.advance(0.1)
     lock_list_of_a_new_batch(rig.clock.now_ms())  # an event read after the list was asked
-    assert rig.metastore.calls["show_locks"] == 2
+    assert rig.metastore.calls["show_locks"] == 3
     rig.clock.advance(0.6)  # older than a quarter of the 2 s interval
     lock_list_of_a_new_batch(read)
-    assert rig.metastore.calls["show_locks"] == 3
+    assert rig.metastore.calls["show_locks"] == 4
     rig.metastore.down = True
     with pytest.raises(MetastoreError):
         lock_list_of_a_new_batch(rig.clock.now_ms() + 1)
@@ -482,3 +484,61 @@ def test_a_lone_waiting_vacuum_is_parked_again_as_the_models_would_park_it(
     )
     assert written == expected
     assert rig.fs.deleted == []
+
+
+def test_a_lock_list_asked_in_the_same_millisecond_as_a_record_was_read_never_answers_it() -> None:
+    """Found by the batched-history machine: a shared list asked at t, then a reader locks and an envelope
+    naming that lock arrives, all within t. Reusing the list would find the lock absent and delete
+    under the reader (rule 1); the list must be asked in a later millisecond than the record was read."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    loop = loop_over(rig, consumer)
+    for index in (1, 2):
+        consumer.append(V, 0, add_unlocked_table(rig, index))
+    loop.step()  # a batch of two tables asks the shared (unfiltered) list now
+    assert rig.metastore.calls["show_locks"] == 1
+    rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
+    rig.fs.add_acid_dirs(LOCATION, [*SINGLES, "delta_0000001_0000003"])
+    rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")
+    event = vacuum(lock_snapshot=[lock(7)])
+    rig.fs.mark_vacuum_output(event)
+    consumer.append(D, 0, _envelope(event, occurred_at=rig.clock.now(), due_at=rig.clock.now()))
+    consumer.append(V, 1, add_unlocked_table(rig, 3))  # read in the same fetch: the clock stays put
+    loop.step()
+    loop.step()
+    assert not any(path.startswith(LOCATION + "/") for path in rig.fs.deleted)
+    assert event.event_id in waiting_vacuum_ids(rig.published(D))
+
+
+def test_one_vacuum_delivered_twice_in_one_batch_is_written_once() -> None:
+    """Found by the batched-history machine: a record delivered again (after a lost partition) next to
+    the envelope its first delivery wrote; both wait: the key's record lists the vacuum once (a
+    vacuum listed twice makes the record invalid, and readers would refuse it)."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    first = _envelope(events[0], occurred_at=rig.clock.now(), due_at=rig.clock.now())
+    again = delay_envelope(
+        first,
+        Readiness(False, (lock(7),)),
+        now=rig.clock.now(),
+        interval_ms=2000,
+        max_wait_s=3600,
+        due=rig.clock.now(),
+    )
+    for envelope in (first, again, _envelope(events[1], occurred_at=rig.clock.now(), due_at=rig.clock.now())):
+        consumer.append(D, 0, envelope)
+    loop = loop_over(rig, consumer)
+    run_for(loop, rig, 0.2)
+    [group] = groups(rig)
+    assert [item.vacuum.event_id for item in group.waiting] == [events[0].event_id, events[1].event_id]
+    assert consumer.committed[(D, 0)] == 3
+
+
+def add_unlocked_table(rig: Rig, index: int) -> VacuumCommitted:
+    location = f"/warehouse/sales.db/t{index}"
+    rig.metastore.add_table(f"sales.t{index}", "file:" + location)
+    rig.fs.add_acid_dirs(location, [*SINGLES, "delta_0000001_0000003"])
+    event = vacuum(table=f"sales.t{index}", partition=None, location=location, lock_snapshot=[])
+    rig.fs.mark_vacuum_output(event)
+    return event
