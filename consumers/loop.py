@@ -509,7 +509,10 @@ class CleanerLoop:
     # -- lanes and workers -------------------------------------------------------------------------
 
     def _dispatch_lanes(self) -> None:
-        """Deal the free lanes to as many batches as there are idle workers (the rest wait, growing)."""
+        """Deal the free lanes, oldest first, to the idle workers: each batch takes one worker's share of
+        them (the ready lanes over all workers, at most ``batch_tables``), so the tables that are ready
+        together are spread over the threads instead of filling one batch while the other threads
+        idle; a worker still busy takes its share of what is left when it is free."""
         ready: list[str] = []
         for name in list(self._lanes):
             lane = self._lanes[name]
@@ -519,14 +522,14 @@ class CleanerLoop:
                 del self._lanes[name]
                 continue
             ready.append(name)
-        idle = max(1, self.config.workers) - self._running_batches
+        workers = max(1, self.config.workers)
+        idle = workers - self._running_batches
         if not ready or idle <= 0:
             return
-        size = max(1, self.config.batch_tables)
-        count = min(idle, max(1, -(-len(ready) // size)))
-        count = min(count, len(ready))
+        share = min(max(1, self.config.batch_tables), -(-len(ready) // workers))
+        count = min(idle, -(-len(ready) // share))
         for index in range(count):
-            names = ready[index::count][:size]
+            names = ready[index * share : (index + 1) * share]
             batch = []
             for name in names:
                 lane = self._lanes[name]

@@ -336,3 +336,48 @@ def test_a_broker_that_does_not_answer_is_not_waited_for_once_per_event_of_the_b
     loop.step()
     assert alone == [1]
     assert rig.fs.deleted == [] and consumer.committed.get((V, 0), 0) == 0
+
+
+class HeldExecutor:
+    """Keeps what is submitted without running it: which lanes each batch got."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def submit(self, fn: Any, lanes: Any) -> None:
+        self.batches.append([name for name, _ in lanes])
+
+
+@pytest.mark.parametrize(("workers", "sizes"), [(1, [10]), (2, [5, 5]), (4, [3, 3, 3, 1]), (16, [1] * 10)])
+def test_tables_ready_together_are_spread_over_every_worker(rig: Rig, workers: int, sizes: list[int]) -> None:
+    consumer = FakeConsumer(rig.clock, partitions=2)
+    for index in range(10):
+        consumer.append(V, index % 2, add_table(rig, index))
+    executor = HeldExecutor()
+    loop = loop_over(rig, consumer, executor=executor, workers=workers, batch_tables=200)
+    loop.step()
+    assert [len(batch) for batch in executor.batches] == sizes
+    assert sorted(name for batch in executor.batches for name in batch) == sorted(f"acme/sales.t{i}" for i in range(10))
+
+
+def test_a_worker_freed_while_the_others_run_takes_only_its_share_of_the_waiting_tables(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock, partitions=2)
+    executor = HeldExecutor()
+    loop = loop_over(rig, consumer, executor=executor, workers=4, batch_tables=200)
+    consumer.append(V, 0, add_table(rig, 0))
+    loop.step()
+    assert [len(batch) for batch in executor.batches] == [1]
+    for index in range(1, 13):
+        consumer.append(V, index % 2, add_table(rig, index))
+    loop.step()  # three idle workers: the twelve waiting tables go three to a batch, one share stays
+    assert [len(batch) for batch in executor.batches] == [1, 3, 3, 3]
+
+
+def test_batch_tables_caps_a_workers_share(rig: Rig) -> None:
+    consumer = FakeConsumer(rig.clock, partitions=2)
+    for index in range(10):
+        consumer.append(V, index % 2, add_table(rig, index))
+    executor = HeldExecutor()
+    loop = loop_over(rig, consumer, executor=executor, workers=2, batch_tables=2)
+    loop.step()
+    assert [len(batch) for batch in executor.batches] == [2, 2]
