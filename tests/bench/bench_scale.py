@@ -7,7 +7,9 @@ held by a real SHARED_READ lock in the real metastore: ``WAVES`` lock requests, 
 the benchmark reports, over a window of several intervals:
 
 * re-check lateness: an envelope's re-check time (its successor's ``ce_time``) minus its due time
-  (``x-due-at``), read from the record headers only; never negative ("never early");
+  (``x-due-at``), read from the record headers only; never negative ("never early"). The vacuums of
+  one table wait in one ``DelayedVacuums`` record (see ``acidclean.consumers.waiting``): the report
+  gives the delay records re-checked per interval and the vacuums they carry;
 * the resident memory (VmRSS) of each cleaner process;
 * the metastore ``show_locks`` calls per interval.
 
@@ -49,6 +51,8 @@ EVENTS = int(os.environ.get("ACIDCLEAN_SCALE_EVENTS", "10000"))
 INTERVAL_MS = int(os.environ.get("ACIDCLEAN_SCALE_INTERVAL_MS", "2000"))
 THREADS = int(os.environ.get("ACIDCLEAN_SCALE_THREADS", "4"))
 WAVES = 5
+GROUP_TYPE = b"acidclean.cleanup.delayed-vacuums"
+VACUUM_FIELD = b'{"vacuum":'
 WINDOW_INTERVALS = 5
 DB = "scale_db"
 
@@ -101,6 +105,7 @@ class HeaderWatcher(threading.Thread):
         )
         self.due: dict[bytes, int] = {}
         self.lateness: list[tuple[float, float]] = []  # (re-checked at, lateness s)
+        self.carried: list[tuple[float, int]] = []  # (re-checked at, vacuums the record carries)
         self.envelopes = 0
         self.done = 0
         self.last_done_at = 0.0
@@ -119,6 +124,8 @@ class HeaderWatcher(threading.Thread):
                     continue
                 self.envelopes += 1
                 due = int.from_bytes(headers["x-due-at"], "big", signed=True)
+                # A DelayedVacuums carries several waiting vacuums (counted without parsing the value).
+                carried = 1 if headers.get("ce_type") != GROUP_TYPE else (message.value() or b"").count(VACUUM_FIELD)
                 # A replayed record (after a rebalance) publishes its envelope again under the same id,
                 # due later; readers drop such duplicates, so the first copy is the one that counts.
                 self.due.setdefault(headers["ce_id"], due)
@@ -126,10 +133,14 @@ class HeaderWatcher(threading.Thread):
                 if previous is not None:
                     at = datetime.fromisoformat(headers["ce_time"].decode()).timestamp()
                     self.lateness.append((at, at - previous / 1000))
+                    self.carried.append((at, carried))
         self.consumer.close()
 
     def window(self, start: float, end: float) -> list[float]:
         return [late for at, late in list(self.lateness) if start <= at < end]
+
+    def vacuums_in(self, start: float, end: float) -> int:
+        return sum(count for at, count in list(self.carried) if start <= at < end)
 
 
 def wait_ready(port: int, timeout_s: float = 120.0) -> None:
@@ -207,7 +218,7 @@ def measure(
 ) -> tuple[float, list[float]]:
     """Let the parked vacuums cycle for a few intervals, then report one window."""
     calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
-    time.sleep(2 * INTERVAL_MS / 1000)
+    time.sleep(3 * INTERVAL_MS / 1000)  # newly published vacuums join their table's record meanwhile
     before = sum(scrape(port, calls) for _, port in cleaners)
     start = time.time()
     time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
@@ -217,8 +228,10 @@ def measure(
     rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
     early = [late for late in samples if late < 0]
     per_interval = len(samples) / WINDOW_INTERVALS
+    vacuums_per_interval = watcher.vacuums_in(start, end) / WINDOW_INTERVALS
     print(
-        f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} re-checks/interval (of {parked:,}): lateness p50 "
+        f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} delay records re-checked/interval carrying "
+        f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}): lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
         f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made / WINDOW_INTERVALS:.1f}"
