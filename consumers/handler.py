@@ -602,6 +602,8 @@ class CleanupHandler:
                 self._own_checks[str(event.event_id)] = int(checked.timestamp() * 1000)
             if len(self._own_checks) > 1000 and next(iter(self._own_checks.values())) < horizon:
                 self._own_checks = {key: at for key, at in self._own_checks.items() if at >= horizon}
+                # Keys whose last record is long past (cleaned, or now another process's) are dropped too.
+                self.chain_due = {key: due for key, due in self.chain_due.items() if due >= horizon}
 
     def forget_lock_view(self, view: LockView) -> None:
         """Drop ``view`` (one of its calls failed): the next batch asks again."""
