@@ -17,8 +17,10 @@ record and resumed when half of them are finished.
 Nothing is handed over before its due time.
 
 Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
-two threads at once, while other tables proceed in parallel. Free lanes are dealt to at most
-``workers`` batches at a time (at most ``batch_tables`` lanes each), one batch per worker thread. A
+two threads at once, while other tables proceed in parallel. Free lanes are dealt, oldest first, to
+at most ``workers`` batches at a time, one batch per worker thread, each taking one worker's share
+of the lanes ready (their number over ``workers``, at most ``batch_tables``): tables that arrive
+together are spread over the threads, not queued behind one of them while the others idle. A
 batch asks the metastore once for all its tables (one unfiltered ``show_locks``, one transaction list),
 announces the cleanups it planned in one ``publish_many`` before any of their deletes, deletes
 through the shared delete pool (directories of different tables overlap), and publishes every outcome

@@ -28,12 +28,14 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from confluent_kafka import Consumer, TopicPartition
 
+from acidclean.consumers.audit import waiting_delays
 from acidclean.consumers.cleaner_process import CleanerOptions, CleanerProcess
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
     CleanupStarted,
+    DelayedVacuums,
     DelayEnvelope,
     Event,
     VacuumCommitted,
@@ -291,10 +293,12 @@ def start_reader(metastore: HiveMetastore, table: Table, *, partition_level: boo
 def publish(settings: Settings, *events: Any) -> None:
     """Publish events to the topics they belong on (acknowledged before returning)."""
     with KafkaEventBus(settings.kafka) as bus:
-        bus.publish_many([
-            (settings.topic("cleanup_delay" if isinstance(event, DelayEnvelope) else "vacuum_committed"), event)
-            for event in events
-        ])
+        bus.publish_many(
+            [
+                (settings.topic("cleanup_delay" if isinstance(event, DelayEnvelope) else "vacuum_committed"), event)
+                for event in events
+            ]
+        )
 
 
 class Watcher:
@@ -343,6 +347,12 @@ class Watcher:
     def of(self, kind: str, vacuum: VacuumCommitted | None = None) -> list[Any]:
         with self._lock:
             found = [event for topic, event, _ in self.events if topic == kind]
+        # A DelayedVacuums parks several vacuums of one table: each shows as its own delay envelope.
+        found = [
+            item
+            for event in found
+            for item in (waiting_delays(event) if isinstance(event, DelayedVacuums) else [event])
+        ]
         if vacuum is not None:
             found = [event for event in found if getattr(event, "correlation_id", None) == vacuum.event_id]
         return found
