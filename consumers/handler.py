@@ -87,6 +87,9 @@ LOGGER = logging.getLogger("acidclean.cleaner")
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
+# An unfiltered show_locks slower than this (a metastore holding thousands of locks) is renewed ahead
+# of need in the background (CleanupHandler.lock_view).
+SLOW_SHOW_LOCKS_MS = 50
 ISOLATION_GIVE_UP_S = 1.0  # an event retried alone that fails slower than this: the broker is away
 
 OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run", "dropped"]
@@ -450,12 +453,13 @@ class TableLockCheck:
             return not_checked(vacuum.lock_snapshot, last, self._error or "no answer")
         return ready_to_clean(vacuum.lock_snapshot, self._locks, open_before)
 
-    def held_lock_ids(self) -> set[int] | str:
-        """The ids of the table's locks now listed, or why the metastore could not answer (fail closed)."""
+    def held_lock_ids(self, every_lock: bool = False) -> set[int] | str:
+        """The ids of the table's locks now listed, or why the metastore could not answer (fail closed).
+        ``every_lock``: the open-transaction rule will need the unfiltered list anyway."""
         if self._locks is None and self._error is None:
             batch = self.batch
             try:
-                if batch is not None and not batch.per_table:
+                if batch is not None and (every_lock or not batch.per_table):
                     self._locks = batch.check.table_locks(self._table)
                 else:
                     self._locks = self._handler.show_locks(self._table)
@@ -549,11 +553,12 @@ class CleanupHandler:
             view = self._view
             now = self._now_ms()
             if view is not None and view.asked_ms > read_by_ms and now - view.asked_ms <= self.lock_view_max_age_ms:
-                max_age = self.lock_view_max_age_ms
-                renew_at = max(max_age // 4, max_age - 2 * self._unfiltered_ms())
-                if now - view.asked_ms > renew_at and not self._refreshing:
-                    # Ask for the next list in the background, so no batch waits for a show_locks
-                    # that lists thousands of locks: this one serves until it is replaced.
+                max_age, cost = self.lock_view_max_age_ms, self._unfiltered_ms()
+                renew_at = max(max_age // 4, max_age - 2 * cost)
+                if cost >= SLOW_SHOW_LOCKS_MS and now - view.asked_ms > renew_at and not self._refreshing:
+                    # A slow show_locks (thousands of locks) is asked for in the background, so no
+                    # batch waits for it: this list serves until it is replaced. A quick one is asked
+                    # for by the batch that needs it (no call when nothing is checked).
                     self._refreshing = True
                     threading.Thread(target=self._refresh_lock_view, name="lock-view", daemon=True).start()
                 return view
@@ -904,7 +909,8 @@ class CleanupHandler:
         cleaned alone and in order by the usual path."""
         now = self._clock.now()
         due = locks.due(now, self.config.interval_ms)
-        held = locks.held_lock_ids()
+        txn_rule = self.config.wait_for_open_txns and any(m.view.next_txn_id is not None for m in group.members)
+        held = locks.held_lock_ids(every_lock=txn_rule)
         table_error = held if isinstance(held, str) else None
         held_ids = None if isinstance(held, str) else held
         key = (group.tenant, group.table, group.partition)
