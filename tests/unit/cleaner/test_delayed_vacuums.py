@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope, read_group, still_waiting
@@ -87,6 +88,21 @@ def three_waiting(rig: Rig) -> list[VacuumCommitted]:
     return events
 
 
+def parked_group(rig: Rig) -> tuple[FakeConsumer, CleanerLoop, list[int], list[VacuumCommitted]]:
+    """Three vacuums of one key checked once (all parked in one DelayedVacuums), whose record is
+    already on the consumer's delay partition; returns the consumer, the loop, the forwarding
+    position (for :func:`forward_delays`) and the vacuums."""
+    consumer = FakeConsumer(rig.clock)
+    events = three_waiting(rig)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    seen = [0]
+    loop.step()
+    forward_delays(rig, consumer, seen)
+    return consumer, loop, seen, events
+
+
 def test_vacuums_of_one_key_waiting_after_one_check_share_one_delay_record() -> None:
     rig = Rig()
     consumer = FakeConsumer(rig.clock)
@@ -108,14 +124,7 @@ def test_vacuums_of_one_key_waiting_after_one_check_share_one_delay_record() -> 
 
 def test_a_group_is_checked_again_at_its_due_time_and_parked_again_while_the_lock_is_held() -> None:
     rig = Rig()
-    consumer = FakeConsumer(rig.clock)
-    events = three_waiting(rig)
-    for event in events:
-        consumer.append(V, 0, event)
-    loop = loop_over(rig, consumer)
-    seen = [0]
-    loop.step()
-    forward_delays(rig, consumer, seen)
+    consumer, loop, _seen, events = parked_group(rig)
     run_for(loop, rig, 1.5)
     assert len(groups(rig)) == 1  # not yet due: never early
     run_for(loop, rig, 1.0)
@@ -131,14 +140,7 @@ def test_a_group_is_checked_again_at_its_due_time_and_parked_again_while_the_loc
 
 def test_once_the_lock_is_released_each_vacuum_leaves_its_group_and_is_cleaned_in_order() -> None:
     rig = Rig()
-    consumer = FakeConsumer(rig.clock)
-    events = three_waiting(rig)
-    for event in events:
-        consumer.append(V, 0, event)
-    loop = loop_over(rig, consumer)
-    seen = [0]
-    loop.step()
-    forward_delays(rig, consumer, seen)
+    consumer, loop, seen, events = parked_group(rig)
     rig.metastore.release(7)
     run_for(loop, rig, 2.5)
     handed_back = envelopes(rig)
@@ -180,14 +182,7 @@ def test_one_ready_and_one_waiting_split_the_group() -> None:
 
 def test_a_group_whose_check_fails_waits_with_the_error_and_deletes_nothing() -> None:
     rig = Rig()
-    consumer = FakeConsumer(rig.clock)
-    events = three_waiting(rig)
-    for event in events:
-        consumer.append(V, 0, event)
-    loop = loop_over(rig, consumer)
-    seen = [0]
-    loop.step()
-    forward_delays(rig, consumer, seen)
+    _consumer, loop, _seen, _events = parked_group(rig)
     rig.metastore.release(7)
     rig.metastore.down = True
     run_for(loop, rig, 2.5)
@@ -200,14 +195,7 @@ def test_a_group_whose_check_fails_waits_with_the_error_and_deletes_nothing() ->
 
 def test_a_group_not_acknowledged_is_not_committed_and_is_handled_again() -> None:
     rig = Rig()
-    consumer = FakeConsumer(rig.clock)
-    events = three_waiting(rig)
-    for event in events:
-        consumer.append(V, 0, event)
-    loop = loop_over(rig, consumer)
-    seen = [0]
-    loop.step()
-    forward_delays(rig, consumer, seen)
+    consumer, loop, _seen, _events = parked_group(rig)
     rig.bus.fail_next(1)
     run_for(loop, rig, 2.5)
     assert consumer.committed.get((D, 0), 0) == 0
