@@ -533,6 +533,7 @@ class CleanupHandler:
         # may answer them (a record another process wrote only counts from when this one read it).
         self._own_checks: dict[str, int] = {}
         self._own_checks_lock = threading.Lock()
+        self._pruned_ms = 0
         # Key -> due time (epoch ms) of the last delay record published for it: the loop lets a fresh
         # vacuum of a key that has waiting vacuums join their next check (one record per key, not one
         # per vacuum). Written by the workers after the broker acknowledged, read by the loop.
@@ -601,11 +602,13 @@ class CleanupHandler:
         return self._own_checks.get(str(event_id))
 
     def _remember_checks(self, written: Sequence[tuple[EventBase, datetime]]) -> None:
-        horizon = self._now_ms() - 4 * self.config.interval_ms
+        now = self._now_ms()
+        horizon = now - 4 * self.config.interval_ms
         with self._own_checks_lock:
             for event, checked in written:
                 self._own_checks[str(event.event_id)] = int(checked.timestamp() * 1000)
-            if len(self._own_checks) > 1000 and next(iter(self._own_checks.values())) < horizon:
+            if now - self._pruned_ms > self.config.interval_ms and len(self._own_checks) > 1000:
+                self._pruned_ms = now
                 self._own_checks = {key: at for key, at in self._own_checks.items() if at >= horizon}
                 # Keys whose last record is long past (cleaned, or now another process's) are dropped too.
                 self.chain_due = {key: due for key, due in self.chain_due.items() if due >= horizon}
@@ -960,6 +963,7 @@ class CleanupHandler:
                 )
             )
         shell = DelayedVacuums.model_construct(
+            schema_version=1,
             event_id=group.event_id,
             tenant=group.tenant,
             table=group.table,
@@ -1144,9 +1148,12 @@ class CleanupHandler:
                     attempt=item.entry.attempt,
                     stuck_since=item.entry.stuck_since,
                 )
+        # A vacuum's first wait is logged at INFO; its later re-checks (tens of thousands an interval
+        # in a busy cluster) at DEBUG: the delay topic and the metrics record every one.
+        first = any(item.entry.attempt == 1 for item in members)
         log(
             LOGGER,
-            logging.INFO,
+            logging.INFO if first else logging.DEBUG,
             f"not ready; {len(members)} vacuum(s) delayed together",
             outcome="delayed",
             event_id=event.event_id,

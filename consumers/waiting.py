@@ -235,7 +235,10 @@ def build_envelope(
         stuck_since=entry.stuck_since,
         open_txns=entry.open_txns,
     )
+    # Every field given: model_construct would otherwise call the default factories, and pydantic
+    # inspects each factory's signature on every call (a text signature parsed with ast for ``list``).
     shell = DelayEnvelope.model_construct(
+        schema_version=1,
         event_id=event_id,
         tenant=tenant,
         table=table,
@@ -243,8 +246,14 @@ def build_envelope(
         occurred_at=checked_at,
         causation_id=source,
         correlation_id=uuid.UUID(vacuum_id),
+        vacuum=None,
         attempt=entry.attempt,
         due_at=due_at,
+        locks_held=[],
+        check_error=entry.check_error,
+        stuck=entry.stuck,
+        stuck_since=None,
+        open_txns=[],
     )
     shell.attach_wire_value(_ENCODER.encode(wire))
     return shell
@@ -372,6 +381,7 @@ def build_groups(
             merged_from=[str(source) for source in sources],
         )
         shell = DelayedVacuums.model_construct(
+            schema_version=1,
             event_id=event_id,
             tenant=tenant,
             table=table,

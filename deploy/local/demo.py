@@ -37,6 +37,7 @@ from acidclean.producers.reader import locked_read
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
+    DelayedVacuums,
     DelayEnvelope,
     VacuumCommitted,
     VacuumFailed,
@@ -171,6 +172,11 @@ def _narrate(event: object, story: StoryEvents, narrator: Narrator) -> None:
             due_in = (event.due_at - event.occurred_at).total_seconds()
             narrator.step(f"cleaner: not ready to clean, lock {held} still held -> delay topic "
                           f"(attempt {event.attempt}, due in {due_in:.1f} s); nothing deleted")
+        elif isinstance(event, DelayedVacuums):
+            story.delays += 1
+            due_in = (event.due_at - event.occurred_at).total_seconds()
+            narrator.step(f"cleaner: {len(event.waiting)} vacuums of {event.table} not ready to clean -> one delay "
+                          f"record (due in {due_in:.1f} s); nothing deleted")
         elif isinstance(event, CleanupDone):
             story.done = event
             files = sum(d.file_count for d in event.directories_removed)
