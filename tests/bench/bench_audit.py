@@ -193,7 +193,7 @@ def test_audit_against_a_bare_consume_of_the_same_topics(kafka_bootstrap: str, u
     read = sum(len(message.value() or b"") for batch in batches for message in batch)
     reader_only, reader_cpu = time.perf_counter() - started, time.process_time() - cpu
     assert read == size
-    if os.environ.get("ACIDCLEAN_PROFILE_AUDIT"):  # where the audit's time goes, by function
+    if os.environ.get("ACIDCLEAN_BENCH_PROFILE_AUDIT"):  # where the audit's time goes, by function
         profile = cProfile.Profile()
         profile.runcall(read_audit, settings)
         pstats.Stats(profile).sort_stats("tottime").print_stats(30)
