@@ -344,6 +344,11 @@ class Watcher:
         self._thread.join(5)
         self._consumer.close()
 
+    def records(self, kind: str) -> list[Any]:
+        """Every event read from one topic, as it was on the topic (a DelayedVacuums stays one)."""
+        with self._lock:
+            return [event for topic, event, _ in self.events if topic == kind]
+
     def of(self, kind: str, vacuum: VacuumCommitted | None = None) -> list[Any]:
         with self._lock:
             found = [event for topic, event, _ in self.events if topic == kind]

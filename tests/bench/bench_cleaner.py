@@ -159,7 +159,7 @@ def test_lateness_and_metastore_calls_of_delayed_rechecks(
         publish(settings, *vacuums)
         wanted = {v.event_id for v in vacuums}
         watcher.wait_for(
-            lambda: wanted <= {i for e in watcher.of("cleanup_delay") for i in waiting_ids(e)},
+            lambda: wanted <= {i for e in watcher.records("cleanup_delay") for i in waiting_ids(e)},
             60,
             "every vacuum cycling",
         )
@@ -183,7 +183,7 @@ def test_lateness_and_metastore_calls_of_delayed_rechecks(
     # A re-check writes a DelayEnvelope (one vacuum) or a DelayedVacuums (several vacuums of a table),
     # following the delay records it carries on: late by its time minus the earliest of their due
     # times, early if written before any of them was due.
-    records = {e.event_id: e for e in watcher.of("cleanup_delay") if isinstance(e, DelayEnvelope | DelayedVacuums)}
+    records = {e.event_id: e for e in watcher.records("cleanup_delay") if isinstance(e, DelayEnvelope | DelayedVacuums)}
     rechecks: list[float] = []
     early: list[float] = []
     checks = 0
