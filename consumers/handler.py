@@ -58,7 +58,6 @@ from acidclean.consumers.waiting import (
     build_groups,
     entry_of_envelope,
     still_waiting,
-    vacuum_id_of,
 )
 from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import (
@@ -1113,6 +1112,7 @@ class CleanupHandler:
                 table=table,
                 partition=partition,
                 entries=[item.entry for item in unique],
+                vacuum_ids=[item.vacuum_id for item in unique],
                 sources=list(dict.fromkeys(item.source for item in items)),
                 checked_at=min(item.checked_at for item in unique),
                 due_at=max(item.due_at for item in unique),
@@ -1134,7 +1134,7 @@ class CleanupHandler:
             self._metrics.stuck_checks.inc(len(stuck))
             with self._stuck_lock:
                 for item in stuck:
-                    self._stuck[_vacuum_id(item.entry)] = time.time()
+                    self._stuck[item.vacuum_id] = time.time()
         for item in stuck:
             if item.newly_stuck:
                 log(
@@ -1142,7 +1142,7 @@ class CleanupHandler:
                     logging.WARNING,
                     f"vacuum waiting longer than the max wait {self.config.max_wait_s:g} s; still waiting",
                     stuck=True,
-                    vacuum_id=_vacuum_id(item.entry),
+                    vacuum_id=item.vacuum_id,
                     table=event.table,
                     partition=event.partition,
                     attempt=item.entry.attempt,
@@ -1550,10 +1550,6 @@ def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> 
         if written is not None and written > latest:
             latest = written
     return latest + COMMIT_MARGIN
-
-
-def _vacuum_id(entry: WireWaiting) -> str:
-    return vacuum_id_of(entry)
 
 
 def _attempt(processed: VacuumCommitted | DelayEnvelope) -> int:

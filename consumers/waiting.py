@@ -357,12 +357,15 @@ def build_groups(
     sources: Sequence[uuid.UUID],
     checked_at: datetime,
     due_at: datetime,
+    vacuum_ids: Sequence[str] | None = None,
 ) -> list[GroupOut]:
     """The ``DelayedVacuums`` records of one key's waiting vacuums, at most
     :data:`MAX_WAITING_PER_ENVELOPE` each. Ids are derived from the first source and the vacuums, so a
-    replay of the same check publishes the same ids."""
+    replay of the same check publishes the same ids. ``vacuum_ids``: the entries' vacuum ids when the
+    caller already has them (else they are read from the entries)."""
     outs = []
-    vacuum_ids = [_VIEW.decode(entry.vacuum).event_id for entry in entries]
+    if vacuum_ids is None:
+        vacuum_ids = [vacuum_id_of(entry) for entry in entries]
     for start in range(0, len(entries), MAX_WAITING_PER_ENVELOPE):
         chunk = entries[start : start + MAX_WAITING_PER_ENVELOPE]
         ids = vacuum_ids[start : start + MAX_WAITING_PER_ENVELOPE]
