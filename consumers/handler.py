@@ -31,6 +31,7 @@ from typing import Literal, Protocol, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from acidclean.consumers.batch_tables import BatchTables, TableKey
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
@@ -102,7 +103,9 @@ class CleanerMetastore(Protocol):
 
     def get_table(self, db: str, table: str, partition: str | None = None) -> TableInfo: ...
 
-    def valid_write_ids(self, db: str, table: str) -> str: ...
+    def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]: ...
+
+    def valid_write_ids_of(self, tables: Sequence[tuple[str, str]], txn_list: str) -> list[str]: ...
 
     def valid_txn_list(self) -> str: ...
 
@@ -344,6 +347,7 @@ class OutcomeBatch:
         self.check = SharedCheck(handler, read_by_ms)
         self.tables: list[TableLockCheck] = []
         self.prepared: list[PreparedCleanup] = []
+        self.known = BatchTables()  # the tables about to be cleaned, asked for together (prefetch)
         self.outbox: list[_Outgoing] = []
         # Published event id -> ids of the outcomes it carries (a group's delays, a group's ready vacuums).
         self.carried_by: dict[str, set[str]] = {}
@@ -638,6 +642,29 @@ class CleanupHandler:
         """Handle one work item; returns once its outcome is acknowledged (raises ``BusError`` if not),
         except a delay envelope: that one is ``deferred`` until :meth:`flush_delays` of the group."""
         return self._handle_work(work, locks)
+
+    def prefetch(self, batch: OutcomeBatch, firsts: Sequence[tuple[Work, TableLockCheck]]) -> None:
+        """Ask together for the tables of the lanes whose first vacuum is ready to clean now (their
+        lock lists are asked for here, once, as handling them would), and for their write id lists in
+        the batch's transaction list: one call per database and one for the write ids instead of two
+        or three per cleanup. Only a partitionless vacuum's table is used as fetched."""
+        keys: list[TableKey] = []
+        for work, locks in firsts:
+            event = work.event
+            if not isinstance(event, VacuumCommitted | DelayEnvelope) or locks.batch is not batch:
+                continue
+            vacuum = vacuum_of(event)
+            if vacuum.partition is None and check_claims(vacuum) is None and locks.readiness(event).ready:
+                keys.append(lock_scope(vacuum.table))
+        if len(keys) < 2:
+            return
+        try:
+            txn_list: str | None = batch.check.transactions().to_string()
+        except MetastoreError:
+            txn_list = None
+        metastore = self._metastore()
+        self._metrics.metastore_calls.labels("get_tables").inc()
+        batch.known.fetch(metastore, keys, txn_list)
 
     def _handle_work(self, work: Work, locks: TableLockCheck) -> Outcome:
         event = work.event
@@ -1245,13 +1272,16 @@ class CleanupHandler:
         vacuum = vacuum_of(processed)
         db, name = lock_scope(vacuum.table)
         metastore = self._metastore()
-        try:
-            self._metrics.metastore_calls.labels("get_table").inc()
-            table = metastore.get_table(db, name, vacuum.partition)
-        except TableNotFoundError as error:
-            return self._table_gone(work, processed, error, locks)
-        except MetastoreError as error:
-            return self._fail_closed(processed, f"metastore get_table failed: {error}", locks)
+        known = locks.batch.known if locks.batch is not None else None
+        table = known.table((db, name)) if known is not None and vacuum.partition is None else None
+        if table is None:
+            try:
+                self._metrics.metastore_calls.labels("get_table").inc()
+                table = metastore.get_table(db, name, vacuum.partition)
+            except TableNotFoundError as error:
+                return self._table_gone(work, processed, error, locks)
+            except MetastoreError as error:
+                return self._fail_closed(processed, f"metastore get_table failed: {error}", locks)
         try:
             storage = self._open_storage(table.location)
             real = storage.fs.real_path(storage.path)
@@ -1261,8 +1291,17 @@ class CleanupHandler:
         if refusal is not None:
             return self._refuse(work, processed, refusal, locks)
         try:
-            self._metrics.metastore_calls.labels("valid_write_ids").inc()
-            ids = cleaner_ids(metastore.kind, metastore.valid_write_ids(db, name), vacuum.highest_write_id)
+            txns = locks.transactions()
+        except MetastoreError as error:
+            return self._fail_closed(processed, f"metastore get_open_txns_info failed: {error}", locks)
+        # The write ids in the snapshot of the transaction list the plan uses (none asked on Hive 2).
+        txn_list = txns.to_string()
+        ids_text = known.write_ids((db, name), txn_list) if known is not None else None
+        try:
+            if ids_text is None:
+                self._metrics.metastore_calls.labels("valid_write_ids").inc()
+                ids_text = metastore.valid_write_ids_of([(db, name)], txn_list)[0]
+            ids = cleaner_ids(metastore.kind, ids_text, vacuum.highest_write_id)
         except MetastoreError as error:
             return self._fail_closed(processed, f"metastore valid_write_ids failed: {error}", locks)
         try:
@@ -1272,10 +1311,6 @@ class CleanupHandler:
                 done = self._done(processed, (), f"the location {table.location} no longer exists; nothing to remove")
                 return self._report_done(processed, done, "cleaned", locks)
             return self._fail_closed(processed, f"storage: {error}", locks)
-        try:
-            txns = locks.transactions()
-        except MetastoreError as error:
-            return self._fail_closed(processed, f"metastore get_open_txns_info failed: {error}", locks)
         try:
             markers = {
                 name: storage.fs.read_file(storage.child(f"{name}/{VACUUM_MARKER}"))

@@ -556,6 +556,10 @@ class CleanerLoop:
         batch = self.handler.batch(len(lanes), read_by)
         try:
             queues = [(list(works), self.handler.lock_check(works[0], batch)) for _, works in lanes if works]
+            try:
+                self.handler.prefetch(batch, [(works[0], locks) for works, locks in queues])
+            except Exception as error:  # only a saving: each table then asks for itself and meets the error there
+                log(LOGGER, logging.WARNING, f"asking for the batch's tables together failed: {error!r}")
             while any(works for works, _ in queues):
                 prepared: list[tuple[Work, Outcome]] = []
                 for works, locks in queues:

@@ -82,6 +82,7 @@ class HiveMetastore:
         self.hostname = socket.gethostname()
         self._kind: MetastoreKind | None = None
         self._get_table_call = "get_table"  # "get_table_req" once a Hive 4 metastore refused get_table
+        self._get_tables_call = "get_table_objects_by_name"  # or its "_req", as for get_table
         self._major_version: int | None = None
 
     @classmethod
@@ -110,7 +111,8 @@ class HiveMetastore:
         if refusals:
             raise refusals[0]
         raise MetastoreError(
-            "cannot reach the Hive Metastore at " + ", ".join(f"thrift://{h}:{p}" for h, p in self._endpoints)
+            "cannot reach the Hive Metastore at "
+            + ", ".join(f"thrift://{h}:{p}" for h, p in self._endpoints)
             + f" ({'; '.join(errors)}); check hive.metastore.uris and that the metastore runs"
         )
 
@@ -286,13 +288,40 @@ class HiveMetastore:
         """The table, or one of its partitions (location of the partition, parameters of the table).
         ``partition`` may be spelled escaped or not (:meth:`find_partition`); the result carries the
         metastore's own name for it."""
-        thrift_table = self._get_thrift_table(db, table)
+        return self._table_info(self._get_thrift_table(db, table), partition)
+
+    def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]:
+        """Several tables of one database in one call, by lower-cased name; a table that does not
+        exist is absent. ``get_table_objects_by_name``, or on Hive 4, which removed it, its ``_req``."""
+        if not tables:
+            return {}
+        names = list(tables)
+        found: Any = None
+        if self._get_tables_call == "get_table_objects_by_name":
+            try:
+                found = self._call(
+                    f"get_table_objects_by_name({db}, {len(names)} tables)",
+                    lambda c: c.get_table_objects_by_name(db, names),
+                )
+            except MetastoreError as error:
+                if not _unknown_method(error):
+                    raise
+                self._get_tables_call = "get_table_objects_by_name_req"
+        if found is None:
+            request = ttypes.GetTablesRequest(dbName=db, tblNames=names)
+            found = self._call(
+                f"get_table_objects_by_name_req({db}, {len(names)} tables)",
+                lambda c: c.get_table_objects_by_name_req(request),
+            ).tables
+        return {thrift_table.tableName.lower(): self._table_info(thrift_table, None) for thrift_table in found or []}
+
+    def _table_info(self, thrift_table: Any, partition: str | None) -> TableInfo:
         sd = thrift_table.sd
         location = sd.location or ""
         keys = tuple(key.name for key in thrift_table.partitionKeys or [])
         name = partition_name(partition)
         if name is not None:
-            thrift_partition = self.find_partition(db, table, keys, name)
+            thrift_partition = self.find_partition(thrift_table.dbName, thrift_table.tableName, keys, name)
             location = thrift_partition.sd.location or ""
             name = make_partition_name(keys, thrift_partition.values)
         return TableInfo(
@@ -372,9 +401,7 @@ class HiveMetastore:
         if self.kind is MetastoreKind.HIVE2:
             return txn_id
         request = ttypes.AllocateTableWriteIdsRequest(dbName=db, tableName=table, txnIds=[txn_id])
-        response = self._call(
-            f"allocate_table_write_ids({db}.{table})", lambda c: c.allocate_table_write_ids(request)
-        )
+        response = self._call(f"allocate_table_write_ids({db}.{table})", lambda c: c.allocate_table_write_ids(request))
         return int(response.txnToWriteIds[0].writeId)
 
     def valid_txn_list(self) -> str:
@@ -391,22 +418,26 @@ class HiveMetastore:
 
         On Hive 2 the ids are transaction ids (that is what Hive 2's delta names carry).
         """
-        full_name = f"{db}.{table}"
-        txn_list = self.valid_txn_list()
-        if self.kind is MetastoreKind.HIVE2:
-            return f"{full_name}:{txn_list}"
-        request = ttypes.GetValidWriteIdsRequest(fullTableNames=[full_name], validTxnList=txn_list)
-        response = self._call(f"get_valid_write_ids({full_name})", lambda c: c.get_valid_write_ids(request))
-        ids = response.tblValidWriteIds[0]
-        invalid = [int(i) for i in ids.invalidWriteIds or []]
-        aborted_flags = _bits(ids.abortedBits or b"", len(invalid))
-        open_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if not aborted]
-        aborted_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if aborted]
-        min_open_write_id = int(ids.minOpenWriteId) if ids.minOpenWriteId is not None else NO_MIN_OPEN
-        return (
-            f"{full_name}:{int(ids.writeIdHighWaterMark)}:{min_open_write_id}:"
-            f"{_ids(open_write_ids)}:{_ids(aborted_write_ids)}"
-        )
+        return self.valid_write_ids_of([(db, table)], self.valid_txn_list())[0]
+
+    def valid_write_ids_of(self, tables: Sequence[tuple[str, str]], txn_list: str) -> list[str]:
+        """The valid id lists of several tables (``(db, table)``, in that order) in the snapshot of the
+        transaction list ``txn_list`` (:meth:`valid_txn_list`'s form): one call on Hive 3+, none on
+        Hive 2, whose id lists are the transaction list itself."""
+        full_names = [f"{db}.{table}" for db, table in tables]
+        if self.kind is MetastoreKind.HIVE2 or not full_names:
+            return [f"{full_name}:{txn_list}" for full_name in full_names]
+        request = ttypes.GetValidWriteIdsRequest(fullTableNames=full_names, validTxnList=txn_list)
+        what = f"get_valid_write_ids({', '.join(full_names[:3])}{', ...' if len(full_names) > 3 else ''})"
+        response = self._call(what, lambda c: c.get_valid_write_ids(request))
+        by_name = {str(ids.fullTableName).lower(): ids for ids in response.tblValidWriteIds or []}
+        texts = []
+        for full_name in full_names:
+            ids = by_name.get(full_name.lower())
+            if ids is None:
+                raise MetastoreError(f"metastore answered {what} without {full_name}'s write ids")
+            texts.append(_write_ids_text(full_name, ids))
+        return texts
 
     # locks ------------------------------------------------------------------------------------------
 
@@ -517,7 +548,10 @@ class _CreateTableRequest:
 
 
 _CREATE_TABLE_ERRORS = (
-    ttypes.AlreadyExistsException, ttypes.InvalidObjectException, ttypes.MetaException, ttypes.NoSuchObjectException
+    ttypes.AlreadyExistsException,
+    ttypes.InvalidObjectException,
+    ttypes.MetaException,
+    ttypes.NoSuchObjectException,
 )
 
 
@@ -591,6 +625,19 @@ def _compaction_info(element: Any) -> CompactionInfo:
         worker_id=element.workerid or None,
         run_as=element.runAs or None,
         started_at_ms=int(element.start) if element.start else None,
+    )
+
+
+def _write_ids_text(full_name: str, ids: Any) -> str:
+    """A thrift ``TableValidWriteIds`` in Hive's string form ``db.table:hwm:minOpen:open:aborted``."""
+    invalid = [int(i) for i in ids.invalidWriteIds or []]
+    aborted_flags = _bits(ids.abortedBits or b"", len(invalid))
+    open_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if not aborted]
+    aborted_write_ids = [i for i, aborted in zip(invalid, aborted_flags, strict=True) if aborted]
+    min_open_write_id = int(ids.minOpenWriteId) if ids.minOpenWriteId is not None else NO_MIN_OPEN
+    return (
+        f"{full_name}:{int(ids.writeIdHighWaterMark)}:{min_open_write_id}:"
+        f"{_ids(open_write_ids)}:{_ids(aborted_write_ids)}"
     )
 
 

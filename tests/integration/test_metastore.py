@@ -40,9 +40,7 @@ def test_transactional_table_reports_location_buckets_and_properties(
 
 def test_shared_read_lock_is_listed_until_unlocked(metastore: HiveMetastore, table: tuple[str, str]) -> None:
     db, name = table
-    result = metastore.lock(
-        [LockRequestComponent(db, name, operation=Operation.NO_TXN, transactional=False)]
-    )
+    result = metastore.lock([LockRequestComponent(db, name, operation=Operation.NO_TXN, transactional=False)])
     assert result.acquired
     locks = metastore.show_locks(db, name)
     assert [(lock.lock_id, lock.lock_type, lock.state) for lock in locks] == [
@@ -96,6 +94,29 @@ def test_write_ids_and_valid_id_list_track_open_and_aborted_transactions(
     assert int(hwm) >= second_id
     assert str(second_id) in aborted_ids.split(",")
     assert str(first_id) not in open_ids.split(",") + aborted_ids.split(",")
+
+
+def test_tables_and_write_ids_asked_together_equal_those_asked_one_by_one(
+    metastore: HiveMetastore, unique_name: str
+) -> None:
+    """What the cleaner asks once per batch (one call per database, one for the write ids) is what it
+    would have asked per table; a table that does not exist is absent, not an error."""
+    metastore.create_database("adapter")
+    names = [f"{unique_name}b{i}" for i in range(3)]
+    for name in names:
+        metastore.create_transactional_table("adapter", name, [("id", "int")], buckets=1)
+    txn = metastore.open_txn()
+    write_id = metastore.allocate_write_id(txn, "adapter", names[1])
+    metastore.abort_txn(txn)
+    together = metastore.get_tables("adapter", [*names, f"{unique_name}missing"])
+    assert sorted(together) == sorted(names)
+    assert all(together[name] == metastore.get_table("adapter", name) for name in names)
+    txn_list = metastore.valid_txn_list()
+    texts = metastore.valid_write_ids_of([("adapter", name) for name in names], txn_list)
+    assert texts == [metastore.valid_write_ids("adapter", name) for name in names]
+    assert str(write_id) in texts[1].split(":")[4].split(",")
+    if metastore.kind is MetastoreKind.HIVE3:
+        assert texts[0].split(":")[4] == ""  # write ids are per table; Hive 2's lists are the transactions'
 
 
 def test_heartbeat_keeps_a_transaction_open(metastore: HiveMetastore) -> None:

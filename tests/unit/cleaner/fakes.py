@@ -236,8 +236,26 @@ class FakeMetastore:
             raise TableNotFoundError(f"get_table({db}.{table}): not found")
         return TableInfo(db, table, location, {"transactional": "true"}, (), (), 1, (), partition)
 
+    def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]:
+        self._call("get_tables")
+        return {
+            table: TableInfo(db, table, location, {"transactional": "true"}, (), (), 1, (), None)
+            for table in tables
+            if (location := self.tables.get((db, table, None))) is not None
+        }
+
+    def valid_write_ids_of(self, tables: Sequence[tuple[str, str]], txn_list: str) -> list[str]:
+        """As the real client: the transaction list itself on Hive 2 (no call), one call on Hive 3."""
+        if self._kind is MetastoreKind.HIVE2:
+            return [f"{db}.{table}:{txn_list}" for db, table in tables]
+        self._call("valid_write_ids")
+        return [self._write_ids_text(db, table) for db, table in tables]
+
     def valid_write_ids(self, db: str, table: str) -> str:
         self._call("valid_write_ids")
+        return self._write_ids_text(db, table)
+
+    def _write_ids_text(self, db: str, table: str) -> str:
         min_open = min(self.open_ids) if self.open_ids else LONG_MAX
         return (
             f"{db}.{table}:{self.high_watermark}:{min_open}:{','.join(map(str, self.open_ids))}:"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -147,7 +148,15 @@ def test_one_failing_table_is_dead_lettered_and_the_rest_of_its_batch_is_cleaned
             raise RuntimeError("boom")
         return get_table(db, table, partition)
 
+    get_tables = rig.metastore.get_tables
+
+    def exploding_together(db: str, tables: Sequence[str]) -> dict[str, Any]:
+        if "t2" in tables:
+            raise RuntimeError("boom")  # not the metastore's refusal: each table then asks on its own
+        return get_tables(db, tables)
+
     rig.metastore.get_table = exploding  # type: ignore[method-assign]
+    rig.metastore.get_tables = exploding_together  # type: ignore[method-assign]
     run_for(loop_over(rig, consumer, error_tries=2), rig, 10)
     [rejected] = rig.published(TOPICS.dead_letter)
     assert isinstance(rejected, CleanupRejected) and rejected.causation_id == events[2].event_id

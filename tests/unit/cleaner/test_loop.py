@@ -38,6 +38,9 @@ class StubHandler:
     def batch(self, tables: int, read_by_ms: int = 0) -> object:
         return object()
 
+    def prefetch(self, batch: object, firsts: object) -> None:
+        return None
+
     def run_prepared(self, batch: object) -> dict[int, object]:
         return {}
 

@@ -160,6 +160,7 @@ def test_any_handler_error_is_tried_a_bounded_number_of_times_then_dead_lettered
         return get_table(db, table, partition)
 
     rig.metastore.get_table = exploding  # type: ignore[method-assign]
+    rig.metastore.get_tables = lambda db, tables: {}  # type: ignore[method-assign]  # each table asks on its own
     poison = vacuum()
     rig.fs.mark_vacuum_output(poison)
     valid = second_table(rig)
@@ -227,14 +228,10 @@ def far_future_envelope(rig: Rig, ahead: timedelta) -> DelayEnvelope:
     v = vacuum()
     rig.fs.mark_vacuum_output(v)
     now = rig.clock.now()
-    return delay_envelope(
-        v, Readiness(False, (lock(),)), now=now, interval_ms=2000, max_wait_s=3600, due=now + ahead
-    )
+    return delay_envelope(v, Readiness(False, (lock(),)), now=now, interval_ms=2000, max_wait_s=3600, due=now + ahead)
 
 
-def test_an_envelope_due_a_day_ahead_no_longer_holds_its_partition(
-    rig: Rig, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_an_envelope_due_a_day_ahead_no_longer_holds_its_partition(rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
     consumer = FakeConsumer(rig.clock)
     loop = loop_over(rig, consumer)
     rig.metastore.take_lock(7, "sales.orders", "ds=2025-03-14")  # the far one's table still has its reader
@@ -282,6 +279,9 @@ class AlwaysUnacknowledged:
 
     def batch(self, tables: int, read_by_ms: int = 0) -> object:
         return object()
+
+    def prefetch(self, batch: object, firsts: object) -> None:
+        return None
 
     def run_prepared(self, batch: object) -> dict[int, object]:
         return {}
