@@ -149,6 +149,7 @@ class CleanerProcess:
             roots=roots,
             metrics=self.metrics,
             delete_pool=self._delete_pool,
+            delete_threads=threads,
             crash_points=self.options.crash_points,
         )
         loop_config = LoopConfig(

@@ -195,9 +195,10 @@ class Outcome:
     prepared: PreparedCleanup | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class PreparedCleanup:
-    """A cleanup checked and planned, whose ``CleanupStarted`` is published with its batch's before any delete."""
+    """A cleanup checked and planned, whose ``CleanupStarted`` is published with its batch's before any
+    delete; ``planned`` (the directories with their sizes) is measured with the batch's, by run_prepared."""
 
     processed: VacuumCommitted | DelayEnvelope
     storage: StorageLocationLike
@@ -510,6 +511,7 @@ class CleanupHandler:
         roots: TenantRoots,
         metrics: CleanerMetrics,
         delete_pool: Executor | None = None,
+        delete_threads: int = 4,
         clock: Clock | None = None,
         crash_points: CrashPoints | None = None,
     ) -> None:
@@ -520,6 +522,7 @@ class CleanupHandler:
         self._roots = roots
         self._metrics = metrics
         self._delete_pool = delete_pool
+        self._delete_threads = delete_threads
         self._clock = clock or SystemClock()
         self._crash = crash_points or NoCrashes()
         self._stuck: dict[str, float] = {}
@@ -827,6 +830,13 @@ class CleanupHandler:
             return {}
         outcomes: dict[int, Outcome | BaseException] = {}
         try:
+            names = [(item.storage, name) for item in prepared for name in item.plan.delete]
+            sizes = iter(self._in_chunks(lambda pair: self._size(*pair), names))
+            for item in prepared:
+                item.planned = tuple(
+                    RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
+                    for name, size in zip(item.plan.delete, sizes)
+                )
             refused = self._announce_many(prepared)
         except BaseException as error:  # nothing was deleted: each event is retried or dead-lettered
             return {id(item): error for item in prepared}
@@ -838,10 +848,7 @@ class CleanupHandler:
             return outcomes
         self._crash.reached("before-delete")
         pairs = [(item, directory) for item in prepared for directory in item.planned]
-        if self._delete_pool is not None and len(pairs) > 1:
-            results = list(self._delete_pool.map(lambda pair: self._try_remove(pair[0].storage, pair[1]), pairs))
-        else:
-            results = [self._try_remove(item.storage, directory) for item, directory in pairs]
+        results = self._in_chunks(lambda pair: self._try_remove(pair[0].storage, pair[1]), pairs)
         by_cleanup: dict[int, list[RemovedDirectory | str]] = {id(item): [] for item in prepared}
         for (item, _), result in zip(pairs, results, strict=True):
             by_cleanup[id(item)].append(result)
@@ -1394,14 +1401,14 @@ class CleanupHandler:
         plan: CleanupPlan,
         locks: TableLockCheck,
     ) -> Outcome:
+        if plan.delete and locks.batch is not None and not self.config.dry_run:
+            # Measured, announced with the rest of the batch (one acknowledgement), then deleted: run_prepared.
+            cleanup = PreparedCleanup(processed, storage, plan, (), locks)
+            locks.batch.prepared.append(cleanup)
+            return Outcome("cleaned", processed, deferred=True, prepared=cleanup)
         planned = self._measure(storage, plan.delete)
         if self.config.dry_run:
             return self._report_done(processed, self._done(processed, planned, plan.note()), "dry_run", locks)
-        if planned and locks.batch is not None:
-            # Announced with the rest of the batch (one acknowledgement), then deleted: run_prepared.
-            cleanup = PreparedCleanup(processed, storage, plan, tuple(planned), locks)
-            locks.batch.prepared.append(cleanup)
-            return Outcome("cleaned", processed, deferred=True, prepared=cleanup)
         if planned:
             # Acknowledged before the first delete: if this process dies before its CleanupDone is
             # acknowledged, the restarted cleaner finds these gone and only this event says what was deleted.
@@ -1552,6 +1559,20 @@ class CleanupHandler:
             RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
             for name, size in zip(names, sizes, strict=True)
         ]
+
+    def _in_chunks(self, function: Callable[[_Item], _Result], items: Sequence[_Item]) -> list[_Result]:
+        """``function`` of every item, in order: in the delete pool, one task per pool thread, each
+        running its share in turn. A task per directory cost more in futures and wake-ups than a
+        local delete of a small directory takes; a share per thread still overlaps remote calls."""
+        if self._delete_pool is None or len(items) < 2:
+            return [function(item) for item in items]
+        chunks = max(1, min(self._delete_threads, len(items)))
+        size = -(-len(items) // chunks)
+        shares = [items[start : start + size] for start in range(0, len(items), size)]
+        results: list[_Result] = []
+        for share in self._delete_pool.map(lambda part: [function(item) for item in part], shares):
+            results.extend(share)
+        return results
 
     def _each(
         self,
