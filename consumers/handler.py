@@ -831,12 +831,15 @@ class CleanupHandler:
         outcomes: dict[int, Outcome | BaseException] = {}
         try:
             names = [(item.storage, name) for item in prepared for name in item.plan.delete]
-            sizes = iter(self._in_chunks(lambda pair: self._size(*pair), names))
+            sizes = self._in_chunks(lambda pair: self._size(*pair), names)
+            start = 0
             for item in prepared:
+                count = len(item.plan.delete)
                 item.planned = tuple(
                     RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
-                    for name, size in zip(item.plan.delete, sizes)
+                    for name, size in zip(item.plan.delete, sizes[start : start + count], strict=True)
                 )
+                start += count
             refused = self._announce_many(prepared)
         except BaseException as error:  # nothing was deleted: each event is retried or dead-lettered
             return {id(item): error for item in prepared}
