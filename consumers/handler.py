@@ -654,7 +654,14 @@ class CleanupHandler:
         keys: list[TableKey] = []
         for work, locks in firsts:
             event = work.event
-            if not isinstance(event, VacuumCommitted | DelayEnvelope) or locks.batch is not batch:
+            if locks.batch is not batch:
+                continue
+            if isinstance(event, WaitingGroup):
+                # A vacuum waiting alone whose snapshot locks are gone goes on to clean (_handle_group).
+                if event.single and event.partition is None and self._may_leave(event.members[0], locks):
+                    keys.append(lock_scope(event.table))
+                continue
+            if not isinstance(event, VacuumCommitted | DelayEnvelope):
                 continue
             vacuum = vacuum_of(event)
             if vacuum.partition is None and check_claims(vacuum) is None and locks.readiness(event).ready:
@@ -948,8 +955,7 @@ class CleanupHandler:
         cleaned alone and in order by the usual path."""
         now = self._clock.now()
         due = locks.due(now, self.config.interval_ms)
-        txn_rule = self.config.wait_for_open_txns and any(m.view.next_txn_id is not None for m in group.members)
-        held = locks.held_lock_ids(every_lock=txn_rule)
+        held = locks.held_lock_ids(every_lock=self._txn_rule(group.members))
         table_error = held if isinstance(held, str) else None
         held_ids = None if isinstance(held, str) else held
         key = (group.tenant, group.table, group.partition)
@@ -1014,6 +1020,17 @@ class CleanupHandler:
         for member in ready:
             self._leave_group(work, group, member, now, locks)
         return Outcome("delayed", shell, deferred=True)
+
+    def _txn_rule(self, members: Sequence[Member]) -> bool:
+        return self.config.wait_for_open_txns and any(member.view.next_txn_id is not None for member in members)
+
+    def _may_leave(self, member: Member, locks: TableLockCheck) -> bool:
+        """Whether a lone waiting vacuum's check may find it ready (asks the table's locks, as its
+        handling would, with the same answer)."""
+        held = locks.held_lock_ids(every_lock=self._txn_rule([member]))
+        if isinstance(held, str):
+            return False
+        return not self._waits_on(member, locks, held, None)
 
     def _waits_on(
         self, member: Member, locks: TableLockCheck, held_ids: set[int] | None, table_error: str | None

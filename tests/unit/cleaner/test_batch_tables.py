@@ -11,6 +11,7 @@ import pytest
 from acidclean.schemas.events import CleanupDone, CleanupRejected, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
+from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import MetastoreError
 from acidclean.shared.metastore import TableInfo
 
@@ -171,3 +172,27 @@ def test_partitioned_vacuums_ask_for_their_partition_one_by_one() -> None:
     run(rig, events)
     assert asked.tables == [] and rig.metastore.calls["get_table"] == 3
     assert len(dones(rig)) == 3
+
+
+def test_lone_waiting_vacuums_whose_readers_left_are_asked_for_together_when_checked_again() -> None:
+    rig = Rig()
+    events = [add_table(rig, i) for i in range(4)]
+    for index in range(4):
+        rig.metastore.take_lock(1000 + index, f"sales.t{index}")
+    consumer = FakeConsumer(rig.clock)
+    for event in events:
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    run_for(loop, rig, 1)
+    assert dones(rig) == [] and len(rig.published(TOPICS.cleanup_delay)) == 4  # each waits alone
+    log = consumer.logs.setdefault((TOPICS.cleanup_delay, 0), [])
+    for record in rig.bus.records[TOPICS.cleanup_delay]:
+        log.append(RawRecord(TOPICS.cleanup_delay, 0, len(log), record.key, record.value, record.headers))
+    for index in (0, 1, 2):
+        rig.metastore.release(1000 + index)
+    asked = Asked(rig)
+    run_for(loop, rig, 3)
+    assert {done.correlation_id for done in dones(rig)} == {event.event_id for event in events[:3]}
+    assert sorted(asked.tables[0]) == ["t0", "t1", "t2"]  # t3's reader still holds its lock
+    assert rig.metastore.calls["get_table"] == 0
+    assert not any(path.startswith("/warehouse/sales.db/t3/") for path in rig.fs.deleted)
