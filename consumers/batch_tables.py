@@ -12,6 +12,8 @@ cleanups plan with, asked after every event of the batch was read; an older snap
 fewer transactions as committed or aborted, so it can only keep more directories.
 
 A failed batch call is not an error: each table then asks on its own, and fails closed on its own.
+A table the answer leaves out does not exist, as ``get_table`` would say; what the cleaner does then
+(report a dropped table whose location is gone, refuse one whose location exists) deletes nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class BatchTables:
 
     def __init__(self) -> None:
         self._tables: dict[TableKey, TableInfo] = {}
+        self._absent: set[TableKey] = set()  # asked for, and not in the metastore's answer
         self._write_ids: dict[TableKey, str] = {}
         self._txn_list: str | None = None
 
@@ -66,6 +69,8 @@ class BatchTables:
                 info = found.get(table)
                 if info is not None:
                     self._tables[(db, table)] = info
+                else:
+                    self._absent.add((db, table))
         if txn_list is None:
             return
         if self._txn_list not in (None, txn_list):
@@ -83,6 +88,11 @@ class BatchTables:
 
     def table(self, key: TableKey) -> TableInfo | None:
         return self._tables.get(key)
+
+    def absent(self, key: TableKey) -> bool:
+        """The metastore answered the batch's lookup without this table: it has no such table now
+        (what ``get_table`` says with ``NoSuchObjectException``, authorization filters included)."""
+        return key in self._absent
 
     def write_ids(self, key: TableKey, txn_list: str) -> str | None:
         """The table's write id list, if it was fetched in the snapshot ``txn_list``."""

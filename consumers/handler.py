@@ -1301,6 +1301,8 @@ class CleanupHandler:
         metastore = self._metastore()
         known = locks.batch.known if locks.batch is not None else None
         table = known.table((db, name)) if known is not None and vacuum.partition is None else None
+        if table is None and known is not None and vacuum.partition is None and known.absent((db, name)):
+            return self._table_gone(work, processed, TableNotFoundError(f"{db}.{name}: no such table"), locks)
         if table is None:
             try:
                 self._metrics.metastore_calls.labels("get_table").inc()

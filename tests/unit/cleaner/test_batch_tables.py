@@ -140,7 +140,7 @@ def test_a_failed_batch_table_lookup_alone_still_cleans_every_table() -> None:
     assert {done.correlation_id for done in dones(rig)} == {event.event_id for event in events}
 
 
-def test_a_table_the_batch_lookup_does_not_return_is_asked_alone_and_a_dropped_one_is_reported_dropped() -> None:
+def test_a_table_the_batch_lookup_does_not_return_is_reported_dropped_when_its_location_is_gone() -> None:
     rig = Rig()
     events = [add_table(rig, i) for i in range(3)]
     del rig.metastore.tables[("sales", "t1", None)]
@@ -148,7 +148,7 @@ def test_a_table_the_batch_lookup_does_not_return_is_asked_alone_and_a_dropped_o
     rig.fs.dirs = {path for path in rig.fs.dirs if not path.startswith(gone)}
     rig.fs.files = {path: size for path, size in rig.fs.files.items() if not path.startswith(gone)}
     run(rig, events)
-    assert rig.metastore.calls["get_table"] == 1  # t1, absent from the batch's answer
+    assert rig.metastore.calls["get_table"] == 0  # the batch's answer says t1 is not there
     [dropped] = [done for done in dones(rig) if done.correlation_id == events[1].event_id]
     assert dropped.directories_removed == [] and dropped.note is not None and "dropped" in dropped.note
     assert len(dones(rig)) == 3
@@ -196,3 +196,14 @@ def test_lone_waiting_vacuums_whose_readers_left_are_asked_for_together_when_che
     assert sorted(asked.tables[0]) == ["t0", "t1", "t2"]  # t3's reader still holds its lock
     assert rig.metastore.calls["get_table"] == 0
     assert not any(path.startswith("/warehouse/sales.db/t3/") for path in rig.fs.deleted)
+
+
+def test_a_table_the_batch_lookup_does_not_return_whose_location_exists_is_refused_and_nothing_deleted() -> None:
+    rig = Rig()
+    events = [add_table(rig, i) for i in range(3)]
+    del rig.metastore.tables[("sales", "t1", None)]  # no such table, but its directory is there
+    run(rig, events)
+    [refused] = [event for event in rig.published(TOPICS.dead_letter) if isinstance(event, CleanupRejected)]
+    assert refused.causation_id == events[1].event_id and refused.reason_code == "unknown_table"
+    assert not any(path.startswith("/warehouse/sales.db/t1/") for path in rig.fs.deleted)
+    assert len(dones(rig)) == 2
