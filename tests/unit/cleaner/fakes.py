@@ -285,6 +285,11 @@ class FakeMetastore:
         ]
 
 
+def refuse_batch_lookups(db: str, tables: Sequence[str]) -> dict[str, TableInfo]:
+    """A ``get_tables`` that fails: the cleaner then asks for each table on its own."""
+    raise MetastoreError("metastore refused get_table_objects_by_name: simulated")
+
+
 # -- the handler rig ----------------------------------------------------------------------------------
 
 

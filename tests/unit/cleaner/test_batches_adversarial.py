@@ -40,6 +40,7 @@ from .fakes import (
     Rig,
     lock,
     loop_over,
+    refuse_batch_lookups,
     run_for,
     vacuum,
     waiting_vacuum_ids,
@@ -327,7 +328,7 @@ def test_one_items_unacknowledged_dead_letter_commits_no_offset_past_it_in_the_s
         return get_table(db, table, partition)
 
     rig.metastore.get_table = exploding  # type: ignore[method-assign]
-    rig.metastore.get_tables = lambda db, tables: {}  # type: ignore[method-assign]  # each table asks on its own
+    rig.metastore.get_tables = refuse_batch_lookups  # type: ignore[method-assign]  # each table asks on its own
     loop = loop_over(rig, consumer, error_tries=1)
     for _ in range(3):
         loop.step()

@@ -26,7 +26,18 @@ from acidclean.shared.acid.names import delta_name
 from acidclean.shared.bus.codec import fit
 from acidclean.shared.errors import BusError, UnsafePathError
 
-from .fakes import LOCATION, T0, TOPICS, FakeClock, FakeConsumer, InlineExecutor, Rig, lock, vacuum
+from .fakes import (
+    LOCATION,
+    T0,
+    TOPICS,
+    FakeClock,
+    FakeConsumer,
+    InlineExecutor,
+    Rig,
+    lock,
+    refuse_batch_lookups,
+    vacuum,
+)
 
 pytestmark = [pytest.mark.rule5]
 
@@ -160,7 +171,7 @@ def test_any_handler_error_is_tried_a_bounded_number_of_times_then_dead_lettered
         return get_table(db, table, partition)
 
     rig.metastore.get_table = exploding  # type: ignore[method-assign]
-    rig.metastore.get_tables = lambda db, tables: {}  # type: ignore[method-assign]  # each table asks on its own
+    rig.metastore.get_tables = refuse_batch_lookups  # type: ignore[method-assign]  # each table asks on its own
     poison = vacuum()
     rig.fs.mark_vacuum_output(poison)
     valid = second_table(rig)
