@@ -9,6 +9,7 @@ outcome says so: the compaction itself has succeeded either way.
 from __future__ import annotations
 
 import enum
+import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,19 +70,27 @@ class Publisher:
         self._bus = bus
         self._timeout_s = timeout_s
         self._topic_ready = bus is not None  # an injected bus needs no topic creation
+        self._connecting = threading.Lock()
+
+    def connect(self) -> EventBus:
+        """Create the topic if need be and start the producer. A new producer takes about half a
+        second to its first acknowledgement (connection, producer id, metadata), so a vacuum calls
+        this on a thread while it compacts and its publish does not wait for that. Idempotent."""
+        with self._connecting:
+            if not self._topic_ready:
+                ensure_topics(self.settings, ["vacuum_committed"], timeout_s=self._timeout_s)
+                self._topic_ready = True
+            if self._bus is None:
+                self._bus = KafkaEventBus(
+                    self.settings.kafka,
+                    source="/acidclean/vacuum",
+                    delivery_timeout_s=self._timeout_s,
+                    total_timeout_s=self._timeout_s,
+                )
+            return self._bus
 
     def publish(self, event: VacuumCommitted) -> Delivery:
-        if not self._topic_ready:
-            ensure_topics(self.settings, ["vacuum_committed"], timeout_s=self._timeout_s)
-            self._topic_ready = True
-        if self._bus is None:
-            self._bus = KafkaEventBus(
-                self.settings.kafka,
-                source="/acidclean/vacuum",
-                delivery_timeout_s=self._timeout_s,
-                total_timeout_s=self._timeout_s,
-            )
-        return self._bus.publish(self.topic, event)
+        return self.connect().publish(self.topic, event)
 
 
 @dataclass(frozen=True)

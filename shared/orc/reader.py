@@ -169,9 +169,18 @@ class DataFile:
     flush_length_path: str | None = None
 
 
-def _directory_files(listing: Listing, directory: ParsedDirectory) -> list[DataFile]:
-    prefix = directory.name + "/"
-    present = {f.path for f in listing.files if f.path.startswith(prefix)}
+def _files_by_directory(listing: Listing) -> dict[str, set[str]]:
+    """The listed paths below each top-level directory (one pass: a table of a hundred deltas lists
+    a thousand files, and scanning them all once per directory costs more than reading a bucket)."""
+    grouped: dict[str, set[str]] = {}
+    for listed in listing.files:
+        top, slash, _ = listed.path.partition("/")
+        if slash:
+            grouped.setdefault(top, set()).add(listed.path)
+    return grouped
+
+
+def _directory_files(listing: Listing, directory: ParsedDirectory, present: set[str]) -> list[DataFile]:
     found = []
     for relative in sorted(present):
         parts = relative.split("/")
@@ -202,8 +211,9 @@ def snapshot_files(listing: Listing, state: AcidState, bucket: int | None = None
         DataFile(_join(listing.location, f.path), f.path, ORIGINAL, parse_original_file(f.path.rsplit("/", 1)[-1]))
         for f in state.original_files
     ]
+    below = _files_by_directory(listing)
     for directory in ((state.base,) if state.base else ()) + state.deltas:
-        files.extend(_directory_files(listing, directory))
+        files.extend(_directory_files(listing, directory, below.get(directory.name, set())))
     if bucket is not None:
         files = [f for f in files if f.bucket_id == bucket]
     return files

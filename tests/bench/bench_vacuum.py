@@ -17,7 +17,8 @@ ZLIB) is written by the ingest writer. Then three rounds, each measuring, one ri
 Throughput is input MB per second. The new base is removed after each vacuum, which returns the
 table to its state before it (a vacuum only adds a directory), so every run does the same work.
 Reported: per round and as the median of the rounds, local[1]/local[2] time (target at least 1.6),
-the reference's ceiling, the vacuum's throughput against the one-process reference (target at least
+the part of local[1]'s time spent outside the bucket tasks (driver, Spark scheduling, the gaps between
+tasks) and the speed-up two cores allow with that part serial (Amdahl), the reference's ceiling, the vacuum's throughput against the one-process reference (target at least
 0.7), and the load average of the machine around each round (other processes on the same cores make
 every ratio smaller). Only generous floors are asserted, never absolute times; the scaling floor only
 when the ceiling shows that the machine had a second core to give. Select with ``-m bench``; needs
@@ -160,8 +161,9 @@ class _ReferenceWorkers:
                 process.wait()
 
 
-def _vacuum(metastore: HiveMetastore, settings: Settings, name: str, location: Path, spark: Any) -> float:
-    """One vacuum, timed; the table is returned to its state before it."""
+def _vacuum(metastore: HiveMetastore, settings: Settings, name: str, location: Path, spark: Any) -> tuple[float, float]:
+    """One vacuum, timed: its wall time and its bucket tasks' own time (summed); the table is returned
+    to its state before it."""
     start = time.perf_counter()
     result = run_vacuum(
         VacuumRequest(f"bench.{name}", None, CompactionType.MAJOR),
@@ -176,7 +178,12 @@ def _vacuum(metastore: HiveMetastore, settings: Settings, name: str, location: P
     assert result.publish is not None and result.publish.published
     for directory in result.new_directories:  # back to the state before the vacuum
         shutil.rmtree(location / directory)
-    return seconds
+    return seconds, result.task_seconds
+
+
+def amdahl_bound(serial_fraction: float, cores: int = 2) -> float:
+    """The most ``cores`` can speed up a job whose part ``serial_fraction`` runs on one core only."""
+    return 1 / (serial_fraction + (1 - serial_fraction) / cores)
 
 
 def test_vacuum_local2_against_local1_and_against_a_pyarrow_reference(
@@ -201,20 +208,24 @@ def test_vacuum_local2_against_local1_and_against_a_pyarrow_reference(
                 spark = _session(master)
                 try:
                     _vacuum(metastore, settings, name, location, spark)  # warm-up
-                    timings[master] = _vacuum(metastore, settings, name, location, spark)
+                    timings[master], timings[f"{master} tasks"] = _vacuum(metastore, settings, name, location, spark)
                 finally:
                     spark.stop()
                 if master == order[0]:
                     timings["reference x1"] = reference.one_process()
                     timings["reference x2"] = reference.two_processes()
             timings["load"] = max(load_before, os.getloadavg()[0])
+            # Everything of local[1]'s time that is not a task's own (driver, Spark, gaps between tasks).
+            timings["serial"] = 1 - timings["local[1] tasks"] / timings["local[1]"]
             rounds.append(timings)
             lines.append(
                 f"round {number + 1} (load average {timings['load']:.1f}): "
                 f"vacuum local[1] {timings['local[1]']:.2f} s, local[2] {timings['local[2]']:.2f} s "
                 f"-> {timings['local[1]'] / timings['local[2]']:.2f}x; reference 1 process "
                 f"{timings['reference x1']:.2f} s, 2 processes {timings['reference x2']:.2f} s "
-                f"-> {timings['reference x1'] / timings['reference x2']:.2f}x"
+                f"-> {timings['reference x1'] / timings['reference x2']:.2f}x; local[1] tasks "
+                f"{timings['local[1] tasks']:.2f} s, the rest {timings['local[1]'] - timings['local[1] tasks']:.2f} s "
+                f"(bound {amdahl_bound(timings['serial']):.2f}x)"
             )
     finally:
         reference.stop()
@@ -234,11 +245,17 @@ def test_vacuum_local2_against_local1_and_against_a_pyarrow_reference(
     )
     lines.append(f"local[2] vs local[1]: {scaling:.2f}x faster (median of {ROUNDS} rounds; target 1.6)")
     lines.append(f"two-process ceiling of this machine now (reference x1 / x2): {ceiling:.2f}x")
+    serial = median("serial")
+    lines.append(
+        f"local[1] time outside the bucket tasks: {serial:.0%} (driver, Spark scheduling, gaps between tasks): "
+        f"with it serial, two cores give at most {amdahl_bound(serial):.2f}x"
+    )
     lines.append(f"vacuum local[2] throughput against the single-process reference: {against_reference:.2f}")
     if max(r["load"] for r in rounds) > 1.5:
         lines.append("the machine was loaded by other processes: every ratio above is lower than on an idle one")
     record_property("local2_over_local1", round(scaling, 3))
     record_property("two_process_ceiling", round(ceiling, 3))
+    record_property("local1_outside_tasks", round(serial, 3))
     record_property("vacuum_local2_over_reference", round(against_reference, 3))
     print("\n" + "\n".join(lines))
 
