@@ -51,6 +51,7 @@ class BucketTask:
     row_type: pa.StructType | None  # the inputs' row struct; only a MINOR task writing delete events uses it
     codec: str
     storage_environment: tuple[tuple[str, str], ...] = ()  # the driver's storage client settings
+    input_bytes: int | None = None  # the bucket's input files' bytes, known to the driver from the listing
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def bucket_tasks(
             row_type=row_type,
             codec=codec,
             storage_environment=tuple(sorted(storage_environment().items())),
+            input_bytes=input_bytes.get(bucket, 0),
         )
         for bucket in buckets
     ]
@@ -126,6 +128,11 @@ def input_row_type(fs: pafs.FileSystem, plan: CompactionPlan) -> pa.StructType:
     return pa.struct(list(schema))  # original (pre-ACID) files: the file's columns are the row
 
 
+def _input_bytes(listing: Listing, state: AcidState, bucket: int) -> int:
+    sizes = {f.path: f.size for f in listing.files}
+    return sum(sizes.get(f.relative_path, 0) for f in snapshot_files(listing, state, bucket))
+
+
 def _write(fs: pafs.FileSystem, task: BucketTask, directory: str, events: pa.Table) -> WrittenFile:
     name = bucket_file_name(task.bucket)
     size = write_acid_events(fs, f"{task.staging_dir}/{directory}/{name}", events, task.codec)
@@ -137,8 +144,7 @@ def compact_bucket(task: BucketTask) -> BucketResult:
     started = time.monotonic()
     fs = open_location(task.location_uri, dict(task.storage_environment) or None).fs.arrow
     listing, state, bucket = task.listing, task.state, task.bucket
-    sizes = {f.path: f.size for f in listing.files}
-    bytes_read = sum(sizes.get(f.relative_path, 0) for f in snapshot_files(listing, state, bucket))
+    bytes_read = task.input_bytes if task.input_bytes is not None else _input_bytes(listing, state, bucket)
     written: list[WrittenFile] = []
     deletes_written = 0
     if task.compaction_type is CompactionType.MAJOR:

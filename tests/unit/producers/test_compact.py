@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -252,3 +253,22 @@ def test_long_seeded_histories_with_many_vacuums_never_change_what_a_snapshot_re
                 assert table.rows().equals(before), f"history {seed}, step {step}: {compaction} changed the snapshot"
                 committed[compaction] += 1
     assert min(committed.values()) >= 3, committed
+
+
+@pytest.mark.parametrize("compaction", [CompactionType.MINOR, CompactionType.MAJOR])
+def test_each_task_reports_the_bytes_of_its_own_buckets_input_files(tmp_path: Path, compaction: CompactionType) -> None:
+    table = Table(tmp_path)
+    for _ in range(3):
+        table.insert(40)
+    table.delete(0.25, seed=2)
+    plan = table.plan(compaction)
+    tasks = bucket_tasks(
+        plan, location_uri=table.root, staging_dir=f"{table.root}/_tmp_x", row_type=ROW_TYPE, codec="zlib"
+    )
+    by_bucket: dict[int, int] = {}
+    for path in Path(table.root).glob("*delta_*/bucket_*"):
+        if path.parent.name in plan.inputs:
+            bucket = int(path.name.split("_")[1])
+            by_bucket[bucket] = by_bucket.get(bucket, 0) + path.stat().st_size
+    assert len(tasks) > 1 and {t.bucket: t.input_bytes for t in tasks} == by_bucket
+    assert {t.bucket: compact_bucket(t).bytes_read for t in tasks} == by_bucket
