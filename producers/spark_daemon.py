@@ -20,4 +20,8 @@ DAEMON_CONF = {"spark.python.daemon.module": DAEMON_MODULE}
 if __name__ == "__main__":
     from pyspark import daemon
 
+    from acidclean.producers.spark_tasks import refresh_zip_importers_only_when_changed
+
+    # Before the first fork, so a new worker's first task skips the zip re-read as its later tasks do.
+    refresh_zip_importers_only_when_changed()
     daemon.manager()  # type: ignore[no-untyped-call]

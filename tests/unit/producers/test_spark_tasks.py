@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import zipfile
 import zipimport
@@ -73,3 +74,16 @@ def test_zip_importers_reread_their_archive_only_when_it_changed(
     assert importlib.import_module("acidclean_zip_probe_b").VALUE == 2
     for name in ("acidclean_zip_probe_a", "acidclean_zip_probe_b"):
         sys.modules.pop(name, None)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="Python 3.13 re-reads zip archives lazily by itself")
+def test_the_daemon_makes_the_zip_reread_cheap_before_it_forks_any_worker() -> None:
+    # The daemon's manager is replaced by a probe of what a forked worker would inherit.
+    probe = (
+        "import runpy, zipimport, pyspark.daemon\n"
+        "cheap = lambda: getattr(zipimport.zipimporter.invalidate_caches, '_acidclean', False)\n"
+        "pyspark.daemon.manager = lambda: print(cheap())\n"
+        "runpy.run_module('acidclean.producers.spark_daemon', run_name='__main__')\n"
+    )
+    answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert answer.stdout.strip() == "True"
