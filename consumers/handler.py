@@ -105,6 +105,8 @@ class CleanerMetastore(Protocol):
 
     def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]: ...
 
+    def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo: ...
+
     def valid_write_ids_of(self, tables: Sequence[tuple[str, str]], txn_list: str) -> list[str]: ...
 
     def valid_txn_list(self) -> str: ...
@@ -652,7 +654,7 @@ class CleanupHandler:
         """Ask together for the tables of the lanes whose first vacuum is ready to clean now (their
         lock lists are asked for here, once, as handling them would), and for their write id lists in
         the batch's transaction list: one call per database and one for the write ids instead of two
-        or three per cleanup. Only a partitionless vacuum's table is used as fetched."""
+        or three per cleanup (a partition is then one call of its own)."""
         keys: list[TableKey] = []
         for work, locks in firsts:
             event = work.event
@@ -660,13 +662,13 @@ class CleanupHandler:
                 continue
             if isinstance(event, WaitingGroup):
                 # A vacuum waiting alone whose snapshot locks are gone goes on to clean (_handle_group).
-                if event.single and event.partition is None and self._may_leave(event.members[0], locks):
+                if event.single and self._may_leave(event.members[0], locks):
                     keys.append(lock_scope(event.table))
                 continue
             if not isinstance(event, VacuumCommitted | DelayEnvelope):
                 continue
             vacuum = vacuum_of(event)
-            if vacuum.partition is None and check_claims(vacuum) is None and locks.readiness(event).ready:
+            if check_claims(vacuum) is None and locks.readiness(event).ready:
                 keys.append(lock_scope(vacuum.table))
         if len(keys) < 2:
             return
@@ -1302,17 +1304,12 @@ class CleanupHandler:
         db, name = lock_scope(vacuum.table)
         metastore = self._metastore()
         known = locks.batch.known if locks.batch is not None else None
-        table = known.table((db, name)) if known is not None and vacuum.partition is None else None
-        if table is None and known is not None and vacuum.partition is None and known.absent((db, name)):
-            return self._table_gone(work, processed, TableNotFoundError(f"{db}.{name}: no such table"), locks)
-        if table is None:
-            try:
-                self._metrics.metastore_calls.labels("get_table").inc()
-                table = metastore.get_table(db, name, vacuum.partition)
-            except TableNotFoundError as error:
-                return self._table_gone(work, processed, error, locks)
-            except MetastoreError as error:
-                return self._fail_closed(processed, f"metastore get_table failed: {error}", locks)
+        try:
+            table = self._table_of(metastore, known, (db, name), vacuum.partition)
+        except TableNotFoundError as error:
+            return self._table_gone(work, processed, error, locks)
+        except MetastoreError as error:
+            return self._fail_closed(processed, f"metastore get_table failed: {error}", locks)
         try:
             storage = self._open_storage(table.location)
             real = storage.fs.real_path(storage.path)
@@ -1378,6 +1375,22 @@ class CleanupHandler:
         if isinstance(plan, NotYet):
             return self._delay(processed, Readiness(False, readiness.locks_held, plan.reason), locks)
         return self._delete_and_report(processed, storage, plan, locks)
+
+    def _table_of(
+        self, metastore: CleanerMetastore, known: BatchTables | None, key: TableKey, partition: str | None
+    ) -> TableInfo:
+        """The vacuum's table, or partition: from its batch's lookup when that has it (then one call for a
+        partition, none for a table), else asked now. Raises ``TableNotFoundError``, ``MetastoreError``."""
+        fetched = known.table(key) if known is not None else None
+        if fetched is None and known is not None and known.absent(key):
+            raise TableNotFoundError(f"{key[0]}.{key[1]}: no such table")
+        if fetched is None:
+            self._metrics.metastore_calls.labels("get_table").inc()
+            return metastore.get_table(key[0], key[1], partition)
+        if partition is None:
+            return fetched
+        self._metrics.metastore_calls.labels("get_partition").inc()
+        return metastore.partition_info(fetched, partition)
 
     def _fail_closed(self, processed: VacuumCommitted | DelayEnvelope, reason: str, locks: TableLockCheck) -> Outcome:
         """Rule 1's fail-closed answer: something could not be asked or listed, so nothing is deleted

@@ -18,6 +18,7 @@ clients are not thread-safe) and a broken connection is reopened once before a c
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import getpass
 import socket
 import threading
@@ -314,6 +315,19 @@ class HiveMetastore:
                 lambda c: c.get_table_objects_by_name_req(request),
             ).tables
         return {thrift_table.tableName.lower(): self._table_info(thrift_table, None) for thrift_table in found or []}
+
+    def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo:
+        """``table`` (from :meth:`get_table` or :meth:`get_tables`) narrowed to one of its partitions,
+        as ``get_table(db, table, partition)`` answers, with one call instead of two."""
+        name = partition_name(partition)
+        if name is None:
+            return table
+        thrift_partition = self.find_partition(table.db, table.table, table.partition_keys, name)
+        return dataclasses.replace(
+            table,
+            location=thrift_partition.sd.location or "",
+            partition=make_partition_name(table.partition_keys, thrift_partition.values),
+        )
 
     def _table_info(self, thrift_table: Any, partition: str | None) -> TableInfo:
         sd = thrift_table.sd

@@ -119,6 +119,22 @@ def test_tables_and_write_ids_asked_together_equal_those_asked_one_by_one(
         assert texts[0].split(":")[4] == ""  # write ids are per table; Hive 2's lists are the transactions'
 
 
+def test_a_partition_narrowed_from_a_table_asked_together_is_what_get_table_answers(
+    metastore: HiveMetastore, unique_name: str
+) -> None:
+    metastore.create_database("adapter")
+    metastore.create_transactional_table(
+        "adapter", unique_name, [("id", "int")], buckets=1, partition_keys=[("city", "string")]
+    )
+    metastore.add_partition("adapter", unique_name, "city=St. John's")
+    [table] = metastore.get_tables("adapter", [unique_name]).values()
+    for spelling in ("city=St. John's", "city=St. John%27s"):
+        assert metastore.partition_info(table, spelling) == metastore.get_table("adapter", unique_name, spelling)
+    assert metastore.partition_info(table, None) == table
+    with pytest.raises(TableNotFoundError):
+        metastore.partition_info(table, "city=nowhere")
+
+
 def test_heartbeat_keeps_a_transaction_open(metastore: HiveMetastore) -> None:
     txn = metastore.open_txn()
     metastore.heartbeat(txn_id=txn)

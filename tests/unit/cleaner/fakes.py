@@ -238,11 +238,21 @@ class FakeMetastore:
 
     def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]:
         self._call("get_tables")
+        known = {(table_db, name): location for (table_db, name, partition), location in self.tables.items()}
         return {
             table: TableInfo(db, table, location, {"transactional": "true"}, (), (), 1, (), None)
             for table in tables
-            if (location := self.tables.get((db, table, None))) is not None
+            if (location := self.tables.get((db, table, None), known.get((db, table)))) is not None
         }
+
+    def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo:
+        if partition is None:
+            return table
+        self._call("get_partition")
+        location = self.tables.get((table.db, table.table, partition))
+        if location is None:
+            raise TableNotFoundError(f"get_partition({table.db}.{table.table}, {partition}): not found")
+        return TableInfo(table.db, table.table, location, dict(table.parameters), (), (), 1, (), partition)
 
     def valid_write_ids_of(self, tables: Sequence[tuple[str, str]], txn_list: str) -> list[str]:
         """As the real client: the transaction list itself on Hive 2 (no call), one call on Hive 3."""

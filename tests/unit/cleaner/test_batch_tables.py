@@ -165,12 +165,30 @@ def test_a_table_the_batch_finds_elsewhere_than_its_vacuum_wrote_is_refused_and_
     assert len(dones(rig)) == 2
 
 
-def test_partitioned_vacuums_ask_for_their_partition_one_by_one() -> None:
+def test_partitioned_vacuums_ask_for_their_tables_together_and_each_partition_with_one_call() -> None:
     rig = Rig()
     asked = Asked(rig)
     events = [add_table(rig, i, partition="ds=2025-03-14") for i in range(3)]
     run(rig, events)
-    assert asked.tables == [] and rig.metastore.calls["get_table"] == 3
+    assert sorted(asked.tables[0]) == ["t0", "t1", "t2"]
+    assert rig.metastore.calls["get_table"] == 0 and rig.metastore.calls["get_partition"] == 3
+    assert len(dones(rig)) == 3
+    assert sorted({path.rsplit("/", 1)[0] for path in rig.fs.deleted}) == [
+        f"/warehouse/sales.db/t{i}/ds=2025-03-14" for i in range(3)
+    ]
+
+
+def test_a_partition_dropped_before_its_cleanup_is_reported_dropped_and_its_table_is_untouched() -> None:
+    rig = Rig()
+    events = [add_table(rig, i, partition="ds=2025-03-14") for i in range(3)]
+    del rig.metastore.tables[("sales", "t1", "ds=2025-03-14")]
+    gone = "/warehouse/sales.db/t1/ds=2025-03-14"  # ALTER TABLE ... DROP PARTITION removed its data
+    rig.fs.dirs = {path for path in rig.fs.dirs if not path.startswith(gone)}
+    rig.fs.files = {path: size for path, size in rig.fs.files.items() if not path.startswith(gone)}
+    run(rig, events)
+    [dropped] = [done for done in dones(rig) if done.correlation_id == events[1].event_id]
+    assert dropped.directories_removed == [] and dropped.note is not None and "dropped" in dropped.note
+    assert not any(path.startswith("/warehouse/sales.db/t1") for path in rig.fs.deleted)
     assert len(dones(rig)) == 3
 
 
