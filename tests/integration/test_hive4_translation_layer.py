@@ -50,6 +50,10 @@ def test_with_the_translation_layer_on_acid_tables_are_created_read_locked_and_q
         partition_location = metastore.add_partition("layer", "orders", "ds=St. John's#2")
         info = metastore.get_table("layer", "orders", "DS=St. John%27s%232")
         assert (info.partition, info.location) == ("ds=St. John%27s%232", partition_location)
+        # What the cleaner asks for a batch's tables answers the same through the translation layer.
+        together = metastore.get_tables("layer", ["orders"])
+        assert list(together) == ["orders"]
+        assert metastore.partition_info(together["orders"], "DS=St. John%27s%232") == info
 
         txn = metastore.open_txn()
         assert metastore.allocate_write_id(txn, "layer", "orders") == 1
@@ -58,6 +62,8 @@ def test_with_the_translation_layer_on_acid_tables_are_created_read_locked_and_q
         (lock,) = metastore.show_locks("layer", "orders")
         assert lock.partition == "ds=St. John%27s%232"  # the name the client sent, as on Hive 2 and 3
         assert metastore.valid_write_ids("layer", "orders") == "layer.orders:1:1:1:"
+        together_ids = metastore.valid_write_ids_of([("layer", "orders")], metastore.valid_txn_list())
+        assert together_ids == ["layer.orders:1:1:1:"]
         metastore.commit_txn(txn)
         assert metastore.valid_write_ids("layer", "orders").startswith("layer.orders:1:9223372036854775807:")
 
