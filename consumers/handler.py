@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -1451,7 +1451,7 @@ class CleanupHandler:
             # acknowledged, the restarted cleaner finds these gone and only this event says what was deleted.
             self._announce(processed, planned)
         self._crash.reached("before-delete")
-        results = list(self._each(self._try_remove, storage, planned))
+        results = self._in_chunks(lambda directory: self._try_remove(storage, directory), planned)
         return self._after_deletes(processed, plan, results, locks, crash=True)
 
     def _after_deletes(
@@ -1591,7 +1591,7 @@ class CleanupHandler:
 
     def _measure(self, storage: StorageLocationLike, names: Sequence[str]) -> list[RemovedDirectory]:
         """File count and bytes of each directory (in the delete pool: a big tree takes a while to walk)."""
-        sizes = self._each(self._size, storage, names)
+        sizes = self._in_chunks(lambda name: self._size(storage, name), names)
         return [
             RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
             for name, size in zip(names, sizes, strict=True)
@@ -1610,17 +1610,6 @@ class CleanupHandler:
         for share in self._delete_pool.map(lambda part: [function(item) for item in part], shares):
             results.extend(share)
         return results
-
-    def _each(
-        self,
-        function: Callable[[StorageLocationLike, _Item], _Result],
-        storage: StorageLocationLike,
-        items: Sequence[_Item],
-    ) -> Iterator[_Result]:
-        """``function(storage, item)`` for every item, in order; in the delete pool when there are several."""
-        if self._delete_pool is not None and len(items) > 1:
-            return self._delete_pool.map(function, [storage] * len(items), items)
-        return map(function, [storage] * len(items), items)
 
     def _remove(self, storage: StorageLocationLike, directory: RemovedDirectory) -> RemovedDirectory:
         storage.fs.delete_dir(storage.child(directory.name))
