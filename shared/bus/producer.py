@@ -10,6 +10,8 @@ Kafka client settings are passed through as given; acidclean only adds the two d
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +27,8 @@ from acidclean.shared.bus.protocol import Delivery
 from acidclean.shared.bus.records import OutgoingRecord
 from acidclean.shared.errors import BusError, ConfigurationError
 
+# How long one poll for delivery reports blocks at most while a send waits for its own reports.
+REPORT_POLL_S = 0.002
 REQUIRED_PRODUCER_SETTINGS = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
 # Local errors librdkafka reports as not retriable although a later attempt may well succeed.
 TRANSIENT_CODES = frozenset(
@@ -57,6 +61,7 @@ class ProducerLike(Protocol):
     ) -> None: ...
     def poll(self, timeout: float) -> int: ...
     def flush(self, timeout: float) -> int: ...
+    def __len__(self) -> int: ...
 
 
 def producer_config(kafka: Mapping[str, str], *, delivery_timeout_s: float) -> dict[str, str]:
@@ -93,6 +98,23 @@ def _kafka_producer(config: dict[str, str]) -> ProducerLike:
     return producer
 
 
+class _Reports:
+    """Counts the delivery reports of one send; ``done`` is set once every event got one."""
+
+    def __init__(self, expected: int) -> None:
+        self._left = expected
+        self._guard = threading.Lock()
+        self.done = threading.Event()
+        if expected <= 0:
+            self.done.set()
+
+    def served(self) -> None:
+        with self._guard:
+            self._left -= 1
+            if self._left <= 0:
+                self.done.set()
+
+
 class _NotYetDelivered(Exception):
     """Some events got a retriable error or no report yet; tenacity retries those."""
 
@@ -123,6 +145,8 @@ class KafkaEventBus:
         self._source = source
         self._flush_timeout_s = int(self._config["message.timeout.ms"]) / 1000 + 5.0
         self._total_timeout_s = total_timeout_s
+        self._senders = 0  # threads inside _send now
+        self._senders_guard = threading.Lock()
 
     def publish(self, topic: str, event: EventBase) -> Delivery:
         return self.publish_many([(topic, event)])[0]
@@ -144,27 +168,59 @@ class KafkaEventBus:
         return [item.delivery for item in pending if item.delivery is not None]
 
     def _send(self, batch: list[_Pending]) -> None:
-        for item in batch:
-            item.error = None
-            self._produce(item)
-        remaining = self._producer.flush(self._flush_timeout_s)
+        reports = _Reports(len(batch))
+        with self._senders_guard:
+            self._senders += 1
+        try:
+            for item in batch:
+                item.error = None
+                self._produce(item, reports)
+            self._wait_for(reports)
+        finally:
+            with self._senders_guard:
+                self._senders -= 1
         for item in batch:
             if item.delivery is None and item.error is not None and not is_retriable(item.error):
                 raise self._refused_error(item, item.error)
-        if remaining or any(item.delivery is None for item in batch):
+        if any(item.delivery is None for item in batch):
             raise _NotYetDelivered()
 
-    def _produce(self, item: _Pending) -> None:
+    def _wait_for(self, reports: _Reports) -> None:
+        """Until every event of one send got its delivery report, or the flush timeout passed.
+
+        A thread sending alone flushes: ``flush`` sends at once, without waiting out ``linger.ms``.
+        While other threads send too, ``flush`` would also wait for every event they produce
+        meanwhile, and under a steady stream of publishes the queue is seldom empty (a cleaner's four
+        workers each waited 10-100 ms for the others' events): then the thread polls until its own
+        reports are in (one served by another thread's poll is noticed within ``REPORT_POLL_S``)."""
+        deadline = time.monotonic() + self._flush_timeout_s
+        while not reports.done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if self._senders == 1:
+                self._producer.flush(left)
+                if not reports.done.is_set() and len(self._producer) == 0:
+                    return  # nothing left in flight anywhere: a report still missing will never come
+                continue
+            self._producer.poll(min(left, REPORT_POLL_S))
+            if not reports.done.is_set() and len(self._producer) == 0:
+                return
+
+    def _produce(self, item: _Pending, reports: _Reports) -> None:
         def on_delivery(error: KafkaError | None, message: Any) -> None:
-            if error is None:
-                item.delivery = Delivery(
-                    topic=message.topic() or item.topic,
-                    partition=message.partition() or 0,
-                    offset=message.offset() or 0,
-                    event_id=item.event.event_id,
-                )
-            else:
-                item.error = error
+            try:
+                if error is None:
+                    item.delivery = Delivery(
+                        topic=message.topic() or item.topic,
+                        partition=message.partition() or 0,
+                        offset=message.offset() or 0,
+                        event_id=item.event.event_id,
+                    )
+                else:
+                    item.error = error
+            finally:  # after the fields: the waiting thread reads them as soon as the batch is done
+                reports.served()
 
         record = item.record
         while True:

@@ -64,6 +64,9 @@ class FakeProducer:
     def poll(self, timeout: float) -> int:
         return self.flush(timeout)
 
+    def __len__(self) -> int:  # events waiting for a report (a "no-report" one is never counted)
+        return len(self._reports)
+
     def flush(self, timeout: float) -> int:
         reports, self._reports = self._reports, []
         for report in reports:
