@@ -438,6 +438,7 @@ class FakeConsumer:
         self.commit_calls: list[list[tuple[str, int, int]]] = []
         self.pause_calls: list[tuple[str, int]] = []
         self.seeks: list[tuple[str, int, int]] = []
+        self.deliveries: Counter[tuple[str, int, int]] = Counter()  # times each record was handed to the loop
         self.closed = False
         self.consume_timeouts: list[float] = []
 
@@ -488,6 +489,7 @@ class FakeConsumer:
             log = self.logs.get(key, [])
             while self.positions[key] < len(log) and len(batch) < num_messages:
                 batch.append(FakeMessage(log[self.positions[key]]))
+                self.deliveries[(*key, self.positions[key])] += 1
                 self.positions[key] += 1
         if not batch:
             self.clock.advance(max(timeout, 0.001))
@@ -499,6 +501,7 @@ class FakeConsumer:
         for key in sorted(self.assigned):
             log = self.logs.get(key, [])
             if key not in self.paused and self.positions[key] < len(log):
+                self.deliveries[(*key, self.positions[key])] += 1
                 self.positions[key] += 1
                 return FakeMessage(log[self.positions[key] - 1])
         self.clock.advance(max(timeout, 0.001))

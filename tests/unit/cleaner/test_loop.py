@@ -393,6 +393,9 @@ def test_a_paused_partition_keeps_at_most_held_per_partition_records_and_reads_t
     assert [offset for offset, _, _ in handled] == list(range(10))  # each once, in order
     assert all(at >= due for _, at, due in handled)  # never early
     assert consumer.committed[(D, 0)] == 10 and not state.dropping
+    # Once the held records are handed over, reading resumes at the first record not read: a record is
+    # fetched again only for each pass that left it unread (3 held per pass), never once it was held.
+    assert [consumer.deliveries[(D, 0, offset)] for offset in range(10)] == [1 + offset // 3 for offset in range(10)]
 
 
 def test_a_cleaner_that_cannot_keep_up_stops_reading_until_its_lanes_drain_and_loses_nothing(
