@@ -595,13 +595,18 @@ class CleanupHandler:
 
     @property
     def lock_view_max_age_ms(self) -> int:
-        """How old a shared lock list may be: a quarter interval (at most 1 s), or eight times what an
-        unfiltered show_locks takes when that is longer (thousands of locks), so the list is renewed in
-        the background at most a few times an interval (at 5,000 locks a renewal held the interpreter
-        for about 100 ms: renewing every 400 ms took a third of the cleaner's time); never more than
-        half an interval. A lock released just before a check so delays its cleanup by at most one
-        interval more: a stale list only ever answers "still held"."""
-        return min(self.config.interval_ms // 2, max(self._base_view_age_ms, 8 * self._unfiltered_ms()))
+        """How old a shared lock list may be: a quarter interval (at most 1 s) or eight times what an
+        unfiltered show_locks takes, up to half an interval; when that call is slow (thousands of
+        locks), one interval, so the list is renewed in the background about once an interval. Each
+        re-check needs only a list asked after its own previous check, an interval earlier: renewing
+        more often only costs the interpreter (at 10,000 locks a renewal held it for about 40 ms, and
+        renewing four to five times an interval took over a quarter of the cleaner's time). A lock
+        released just before a renewal so delays its cleanup by at most one interval more: a stale
+        list only ever answers "still held"."""
+        cost = self._unfiltered_ms()
+        if cost < SLOW_SHOW_LOCKS_MS:
+            return min(self.config.interval_ms // 2, max(self._base_view_age_ms, 8 * cost))
+        return max(self.config.interval_ms, self._base_view_age_ms)
 
     def _unfiltered_ms(self) -> int:
         measured = self.lock_call_costs.unfiltered_s
