@@ -32,12 +32,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from cleaner_support import TENANT, CleanerSubprocess, cleaner_settings, publish, start_cleaner_process
+from cleaner_support import TENANT, CleanerSubprocess, cleaner_settings, start_cleaner_process
 from confluent_kafka import Consumer, TopicPartition
 
 from acidclean.deploy.local.process import free_port
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.lock_entries import snapshot_entry
@@ -51,6 +52,11 @@ EVENTS = int(os.environ.get("ACIDCLEAN_SCALE_EVENTS", "10000"))
 INTERVAL_MS = int(os.environ.get("ACIDCLEAN_SCALE_INTERVAL_MS", "2000"))
 THREADS = int(os.environ.get("ACIDCLEAN_SCALE_THREADS", "4"))
 WAVES = 5
+# "burst": each step's vacuums published at once; "spread": over intervals, SPREAD_PER_INTERVAL an
+# interval in SLICES_PER_INTERVAL publishes (see park).
+ARRIVALS = os.environ.get("ACIDCLEAN_SCALE_ARRIVALS", "burst,spread").split(",")
+SPREAD_PER_INTERVAL = 5000
+SLICES_PER_INTERVAL = 20
 GROUP_TYPE = b"acidclean.cleanup.delayed-vacuums"
 VACUUM_FIELD = b'{"vacuum":'
 WINDOW_INTERVALS = 5
@@ -214,6 +220,38 @@ def vacuums(root: Path, entries: dict[int, LockSnapshotEntry], start: int, count
     ]
 
 
+def park(
+    bus: KafkaEventBus,
+    settings: Settings,
+    root: Path,
+    entries: dict[int, LockSnapshotEntry],
+    start: int,
+    count: int,
+    arrival: str,
+) -> None:
+    """Publish vacuums ``start`` to ``start + count``: all at once ("burst"), or spread evenly over
+    ``count / SPREAD_PER_INTERVAL`` intervals ("spread", as vacuum jobs commit one after another).
+
+    Burst vacuums stay due together: each re-check parks a vacuum for exactly one interval, so a burst
+    published in one second comes due in one burst interval after interval, and its re-check lateness
+    is the time one process takes to re-check the whole burst. Spread vacuums come due spread over
+    the interval, and their lateness is that of a cleaner keeping up with a steady stream."""
+    topic = settings.topic("vacuum_committed")
+    if arrival == "burst":
+        for chunk in range(start, start + count, 5000):
+            batch = vacuums(root, entries, chunk, min(5000, start + count - chunk))
+            bus.publish_many([(topic, event) for event in batch])
+        return
+    intervals = max(1, -(-count // SPREAD_PER_INTERVAL))
+    slices = intervals * SLICES_PER_INTERVAL
+    size = -(-count // slices)
+    began = time.monotonic()
+    for number, chunk in enumerate(range(start, start + count, size)):
+        time.sleep(max(0.0, began + number * INTERVAL_MS / 1000 / SLICES_PER_INTERVAL - time.monotonic()))
+        batch = vacuums(root, entries, chunk, min(size, start + count - chunk))
+        bus.publish_many([(topic, event) for event in batch])
+
+
 def measure(
     label: str, watcher: HeaderWatcher, cleaners: list[tuple[CleanerSubprocess, int]], parked: int
 ) -> tuple[float, list[float]]:
@@ -253,9 +291,11 @@ def measure(
     return percentile(samples, 0.99), rss
 
 
+@pytest.mark.parametrize("arrival", ARRIVALS)
 @pytest.mark.parametrize("processes", [1, 2])
 def test_parked_vacuums_behind_held_locks_then_released_in_waves(
     processes: int,
+    arrival: str,
     metastore: HiveMetastore,
     tmp_path: Path,
     kafka_bootstrap: str,
@@ -273,6 +313,7 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
     watcher.start()
     cleaners: list[tuple[CleanerSubprocess, int]] = []
     released = False
+    stack = contextlib.ExitStack()
     try:
         for number in range(processes):
             port = free_port()
@@ -286,13 +327,13 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
         for _, port in cleaners:
             wait_ready(port)
         first = max(1, EVENTS // 10)
-        for chunk in range(0, first, 5000):
-            publish(settings, *vacuums(root, entries, chunk, min(5000, first - chunk)))
+        bus = stack.enter_context(KafkaEventBus(settings.kafka))
+        park(bus, settings, root, entries, 0, first, arrival)
         setup_s = time.perf_counter() - started
         print(
             f"\n[bench] scale: {TABLES:,} tables, {EVENTS:,} vacuums, interval {INTERVAL_MS} ms, "
-            f"{processes} process(es) "
-            f"x {THREADS} threads, {WAVES} lock waves (set-up {setup_s:.0f} s; machine shared, timings noisy)"
+            f"{processes} process(es) x {THREADS} threads, {arrival} arrival, {WAVES} lock waves "
+            f"(set-up {setup_s:.0f} s; machine shared, timings noisy)"
         )
         unfiltered, filtered = show_locks_costs(metastore)
         print(
@@ -301,8 +342,7 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
             f"{max(1, round(unfiltered / filtered)):,} tables a batch up"
         )
         measure("step 1", watcher, cleaners, first)
-        for chunk in range(first, EVENTS, 5000):
-            publish(settings, *vacuums(root, entries, chunk, min(5000, EVENTS - chunk)))
+        park(bus, settings, root, entries, first, EVENTS - first, arrival)
         measure("step 2", watcher, cleaners, EVENTS)
         done_before = watcher.done
         release_started = time.time()
@@ -323,6 +363,7 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
         )
         assert drained == EVENTS
     finally:
+        stack.close()
         for cleaner, _ in cleaners:
             cleaner.stop()
         watcher.stop_flag.set()
