@@ -430,6 +430,24 @@ def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it(
     assert rig.metastore.calls["show_locks"] == failed + 1
 
 
+def test_a_slow_lock_list_serves_the_batches_of_an_interval_but_never_an_event_read_after_it() -> None:
+    """With thousands of locks (an unfiltered show_locks measured at 200 ms) one list answers the batches
+    of most of an interval: each re-check needs only a list asked after its own previous check, an
+    interval earlier. An event read after the list was asked still gets a new one."""
+    rig = Rig()
+    rig.handler.lock_call_costs.unfiltered_s = 0.2
+    assert rig.handler.lock_view_max_age_ms == rig.handler.config.interval_ms
+    read = rig.clock.now_ms() - 1
+    rig.handler.batch(3, read).check.all_locks()
+    rig.clock.advance(1.5)  # three quarters of the 2 s interval (renewed in the background only after 1.6 s)
+    rig.handler.batch(3, read).check.all_locks()
+    assert rig.metastore.calls["show_locks"] == 1
+    rig.handler.batch(3, rig.clock.now_ms()).check.all_locks()  # an event read after the list was asked
+    assert rig.metastore.calls["show_locks"] == 2
+    rig.handler.lock_call_costs.unfiltered_s = 0.01  # a quick list lives a quarter interval, as before
+    assert rig.handler.lock_view_max_age_ms == rig.handler.config.interval_ms // 4
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     attempt=st.integers(1, 500),
