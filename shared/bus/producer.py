@@ -29,6 +29,8 @@ from acidclean.shared.errors import BusError, ConfigurationError
 
 # How long one poll for delivery reports blocks at most while a send waits for its own reports.
 REPORT_POLL_S = 0.002
+# How long one flush by a thread sending alone lasts at most before it looks again.
+ALONE_FLUSH_S = 0.01
 REQUIRED_PRODUCER_SETTINGS = {"enable.idempotence": ("true",), "acks": ("all", "-1")}
 # Local errors librdkafka reports as not retriable although a later attempt may well succeed.
 TRANSIENT_CODES = frozenset(
@@ -199,13 +201,12 @@ class KafkaEventBus:
             if left <= 0:
                 return
             if self._senders == 1:
-                self._producer.flush(left)
-                if not reports.done.is_set() and len(self._producer) == 0:
-                    return  # nothing left in flight anywhere: a report still missing will never come
-                continue
-            self._producer.poll(min(left, REPORT_POLL_S))
+                # In short slices: a thread that starts sending meanwhile must not keep this one waiting.
+                self._producer.flush(min(left, ALONE_FLUSH_S))
+            else:
+                self._producer.poll(min(left, REPORT_POLL_S))
             if not reports.done.is_set() and len(self._producer) == 0:
-                return
+                return  # nothing left in flight anywhere: a report still missing will never come
 
     def _produce(self, item: _Pending, reports: _Reports) -> None:
         def on_delivery(error: KafkaError | None, message: Any) -> None:

@@ -115,6 +115,25 @@ def test_retriable_errors_are_retried_until_acknowledged() -> None:
     assert len(producer.produced) == 4 and len(deliveries) == 1
 
 
+def test_a_send_returns_once_its_own_events_are_acknowledged_while_another_is_still_in_flight() -> None:
+    """Another thread's event is still waiting for its report (``flush`` would report it outstanding):
+    this send waits only for its own events, so it returns acknowledged instead of retrying until the
+    other one is in."""
+
+    class BusyProducer(FakeProducer):
+        def __len__(self) -> int:
+            return super().__len__() + 1  # the other thread's event, not reported yet
+
+        def flush(self, timeout: float) -> int:
+            super().flush(timeout)
+            return len(self)
+
+    producer = BusyProducer([None, None])
+    events = [vacuum(), vacuum()]
+    deliveries = _bus(producer, total_timeout_s=1.0).publish_many([("t", event) for event in events])
+    assert [d.event_id for d in deliveries] == [e.event_id for e in events] and len(producer.produced) == 2
+
+
 def test_only_the_unacknowledged_events_are_sent_again() -> None:
     producer = FakeProducer([None, KafkaError(KafkaError._TRANSPORT), None, None])
     events = [vacuum(), vacuum(), vacuum()]
