@@ -56,7 +56,7 @@ import queue
 import threading
 import time
 import traceback
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -127,6 +127,7 @@ class PartitionState:
     in_flight: set[int] = field(default_factory=set)
     held: deque[Work] = field(default_factory=deque)  # fetched, not yet due, in offset order
     held_bytes: int = 0  # the size of their values
+    held_keys: Counter[str] = field(default_factory=Counter)  # the keys of the waiting groups held
     dropping: bool = False  # held is full: later records are left to be fetched again after the resume
     backlogged: bool = False  # paused because the lanes hold max_queued records: resumed once they drain
     paused_until_ms: int | None = None
@@ -354,8 +355,7 @@ class CleanerLoop:
         if self._join_chain(partition, state, work, now):
             return
         if state.held or state.paused_until_ms is not None:
-            state.held.append(work)
-            state.held_bytes += len(work.record.value or b"")
+            _keep_held(state, work)
             return
         if work.due_ms > now:
             self._hold(partition, state, work)
@@ -429,8 +429,7 @@ class CleanerLoop:
         # Pause first, then seek: a seek immediately followed by a pause may be lost (librdkafka < 1.9).
         self.consumer.pause([TopicPartition(topic, number)])
         self.consumer.seek(TopicPartition(topic, number, work.offset))
-        state.held.append(work)
-        state.held_bytes += len(work.record.value or b"")
+        _keep_held(state, work)
         state.paused_until_ms = work.due_ms
         self._note_pending(work)
 
@@ -466,6 +465,24 @@ class CleanerLoop:
         self._joiners.setdefault(work.event.key, []).append((work, deadline))
         return True
 
+    def _waits_for_next_record(self, partition: Partition, state: PartitionState, work: Work, now: int) -> bool:
+        """Keep a due delay record whose key has a later record already read and held until that one is
+        handed over: both are then checked together and wait on in one record.
+
+        A table's vacuums parked in separate records (published by different checks, or by another
+        process) would otherwise stay in separate records for good, each due at its own time: one
+        record per table is what lets a process re-check many vacuums an interval. The earlier one is
+        checked late by less than an interval, once, and never early; if the later record is not handed
+        over by then (a rewind drops both), it is checked alone at the deadline."""
+        assert isinstance(work.event, WaitingGroup)
+        key = work.event.key
+        if not state.held_keys.get(key):
+            return False
+        state.in_flight.add(work.offset)
+        self._note_pending(work)
+        self._joiners.setdefault(key, []).append((work, now + self.config.interval_ms))
+        return True
+
     def _release_late_joiners(self, now: int) -> None:
         """Joiners whose key's record did not come by their deadline are checked alone."""
         for key in [key for key, joining in self._joiners.items() if joining[0][1] <= now]:
@@ -493,6 +510,10 @@ class CleanerLoop:
             while state.held and state.held[0].due_ms <= now:
                 released = state.held.popleft()
                 state.held_bytes -= len(released.record.value or b"")
+                if isinstance(released.event, WaitingGroup):
+                    _unheld_key(state, released.event.key)
+                    if self._waits_for_next_record(partition, state, released, now):
+                        continue
                 self._hand_over(partition, state, released, now)
             if state.held:
                 state.paused_until_ms = state.held[0].due_ms
@@ -800,6 +821,7 @@ class CleanerLoop:
         state.in_flight.clear()
         state.held.clear()
         state.held_bytes = 0
+        state.held_keys.clear()
         self._purge_joiners({partition})
         state.dropping = state.backlogged = False
         state.seen_until = offset
@@ -973,6 +995,21 @@ class CleanerLoop:
     @property
     def states(self) -> dict[Partition, PartitionState]:
         return self._states
+
+
+def _keep_held(state: PartitionState, work: Work) -> None:
+    state.held.append(work)
+    state.held_bytes += len(work.record.value or b"")
+    if isinstance(work.event, WaitingGroup):
+        state.held_keys[work.event.key] += 1
+
+
+def _unheld_key(state: PartitionState, key: str) -> None:
+    left = state.held_keys[key] - 1
+    if left > 0:
+        state.held_keys[key] = left
+    else:
+        del state.held_keys[key]
 
 
 def _committed_at(event: VacuumCommitted | DelayEnvelope | WaitingGroup) -> datetime:

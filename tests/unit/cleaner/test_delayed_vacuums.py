@@ -401,6 +401,38 @@ def test_a_joiner_whose_record_never_comes_is_checked_alone_after_its_deadline()
     assert consumer.committed[(V, 0)] == 2
 
 
+def test_a_keys_records_due_at_different_times_are_checked_together_once_and_wait_on_in_one() -> None:
+    """Two vacuums of one key parked in separate records (other checks, or another process), due 0.5 s
+    apart on one delay partition: the earlier one waits for the later one (late, never early), both
+    are checked in one batch and go on waiting in one DelayedVacuums; another key's record due between
+    them (another partition of the table, still behind the reader) is not held back."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    first, second, _ = three_waiting(rig)
+    next_day = LOCATION.replace("2025-03-14", "2025-03-15")
+    other = vacuum(event_id=uuid.uuid4(), vacuum_job_id="other", partition="ds=2025-03-15", location=next_day)
+    rig.metastore.add_table("sales.orders", "file:" + next_day, "ds=2025-03-15")
+    now = rig.clock.now()
+    early, between, late = (now + timedelta(seconds=seconds) for seconds in (1.0, 1.2, 1.5))
+    parked = [
+        delay_envelope(event, Readiness(False, ()), now=now, interval_ms=2000, max_wait_s=3600, due=due)
+        for event, due in ((first, early), (other, between), (second, late))
+    ]
+    for envelope in parked:
+        consumer.append(D, 0, envelope)
+    loop = loop_over(rig, consumer)
+    run_for(loop, rig, 1.8)
+    alone, together = rig.published(D)
+    assert isinstance(alone, DelayEnvelope) and alone.correlation_id == other.event_id
+    assert between <= alone.occurred_at < late  # checked at its own due time, not held back
+    assert isinstance(together, DelayedVacuums)
+    assert {item.vacuum.event_id for item in together.waiting} == {first.event_id, second.event_id}
+    assert together.occurred_at >= late  # never early: checked at the later one's due time
+    assert together.occurred_at - early < timedelta(milliseconds=2000)  # late by less than an interval
+    run_for(loop, rig, 0.1)
+    assert consumer.committed[(D, 0)] == 3 and rig.fs.deleted == []
+
+
 def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it() -> None:
     """One unfiltered show_locks answers every batch that starts within a quarter interval of it, but
     never a batch holding an event read after it was asked (its vacuum may have committed after)."""
