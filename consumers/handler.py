@@ -606,7 +606,7 @@ class CleanupHandler:
         cost = self._unfiltered_ms()
         if cost < SLOW_SHOW_LOCKS_MS:
             return min(self.config.interval_ms // 2, max(self._base_view_age_ms, 8 * cost))
-        return max(self.config.interval_ms, self._base_view_age_ms)
+        return self.config.interval_ms
 
     def _unfiltered_ms(self) -> int:
         measured = self.lock_call_costs.unfiltered_s

@@ -458,11 +458,8 @@ class CleanerLoop:
         interval = self.config.interval_ms
         if due is None or due < now - interval or (self.config.delay_topic, partition[1]) not in self._states:
             return False
-        state.in_flight.add(work.offset)
-        self._note_pending(work)
         # That record is due at `due`, or, when it is being checked now, at its successor's due time.
-        deadline = (due if due >= now else due + interval) + max(interval // 2, 500)
-        self._joiners.setdefault(work.event.key, []).append((work, deadline))
+        self._join(state, work, work.event.key, (due if due >= now else due + interval) + max(interval // 2, 500))
         return True
 
     def _waits_for_next_record(self, partition: Partition, state: PartitionState, work: Work, now: int) -> bool:
@@ -478,10 +475,15 @@ class CleanerLoop:
         key = work.event.key
         if not state.held_keys.get(key):
             return False
+        self._join(state, work, key, now + self.config.interval_ms)
+        return True
+
+    def _join(self, state: PartitionState, work: Work, key: str, deadline_ms: int) -> None:
+        """Keep ``work`` (its offset uncommitted) until the next delay record of ``key`` is handed over,
+        then run it in that record's lane; at ``deadline_ms`` it runs alone."""
         state.in_flight.add(work.offset)
         self._note_pending(work)
-        self._joiners.setdefault(key, []).append((work, now + self.config.interval_ms))
-        return True
+        self._joiners.setdefault(key, []).append((work, deadline_ms))
 
     def _release_late_joiners(self, now: int) -> None:
         """Joiners whose key's record did not come by their deadline are checked alone."""
