@@ -50,6 +50,7 @@ from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import ConfigurationError, UnsafePathError
+from acidclean.shared.gc_tuning import tune_for_throughput
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.probes import CONSUMER_ONLY_PREFIXES, broker_check, metastore_check
 from acidclean.shared.settings import Settings
@@ -70,6 +71,9 @@ class CleanerOptions:
     batch_size: int = 500
     create_topics: bool = True
     batch_tables: int = 200  # tables (lanes) one worker handles together
+    # The collector tuned for throughput after start-up (the command does; a process hosting cleaners
+    # among other work, such as a test session, keeps Python's defaults).
+    tune_gc: bool = False
 
 
 def producer_settings(kafka: dict[str, str]) -> dict[str, str]:
@@ -242,6 +246,8 @@ class CleanerProcess:
             metrics_port=self.options.metrics_port,
         )
         self._warm_up()
+        if self.options.tune_gc:
+            tune_for_throughput()  # after start-up: what is alive now lives as long as the process
         self.probes.stepped()  # liveness counts from the loop's start: warm-up takes up to 10 s a thread
         try:
             self.loop.run()

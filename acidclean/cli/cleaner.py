@@ -101,6 +101,7 @@ def cleaner(
         cleaner_id=cleaner_id,
         crash_points=crash_points_from_env(),
         batch_tables=batch_tables,
+        tune_gc=True,
     )
     process = CleanerProcess(settings, options)
     process.run()

@@ -8,6 +8,7 @@ check that a handler does not commit an input whose outcome was not acknowledged
 from __future__ import annotations
 
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 
 from acidclean.schemas.common import EventBase
@@ -26,6 +27,7 @@ class InMemoryBus:
         self.source = source
         self.records: dict[str, list[RawRecord]] = {}
         self._failures: list[BusError] = []
+        self._next_offset: Counter[tuple[str, int]] = Counter()
 
     def fail_next(self, count: int = 1, message: str = "simulated: Kafka did not acknowledge") -> None:
         """Make the next ``count`` publish calls raise ``BusError`` and store nothing."""
@@ -42,7 +44,8 @@ class InMemoryBus:
             out = encode(event, source=self.source)
             partition = zlib.crc32(out.key) % self.partitions
             stored = self.records.setdefault(topic, [])
-            offset = sum(1 for record in stored if record.partition == partition)
+            offset = self._next_offset[(topic, partition)]
+            self._next_offset[(topic, partition)] += 1
             stored.append(RawRecord(topic, partition, offset, out.key, out.value, out.headers))
             deliveries.append(Delivery(topic, partition, offset, event.event_id))
         return deliveries
