@@ -37,6 +37,9 @@ TRANSIENT_LEADER_ERRORS = frozenset(
 
 
 READER_GROUP_PREFIX = "acidclean-reader"
+# ListOffsets' special timestamps: the first offset still stored, and the offset after the last record.
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
 
 
 def reader_config(kafka: Mapping[str, str]) -> dict[str, str]:
@@ -103,7 +106,7 @@ class LogReader:
 
     def _assign(self, consumer: Consumer) -> set[Partition]:
         metadata = consumer.list_topics(timeout=self._stall_timeout_s)
-        assignment = []
+        partitions: list[TopicPartition] = []
         for topic in self._topics:
             found = metadata.topics.get(topic)
             if found is None:  # the full listing leaves out topics this client may not describe: ask by name
@@ -113,16 +116,48 @@ class LogReader:
             if found is None or found.error is not None:
                 self.missing_topics.append(topic)
                 continue
-            for partition in sorted(found.partitions):
-                low, high = self._watermarks(consumer, TopicPartition(topic, partition))
-                self.end_offsets[(topic, partition)] = high
-                if self._since_ms is not None and high > low:
-                    low = self._offset_at(consumer, TopicPartition(topic, partition, self._since_ms), low, high)
-                if high > low:
-                    assignment.append(TopicPartition(topic, partition, low))
+            partitions.extend(TopicPartition(topic, partition) for partition in sorted(found.partitions))
+        bounds = self._all_watermarks(consumer, partitions)
+        assignment = []
+        for partition in partitions:
+            low, high = bounds[(partition.topic, partition.partition)]
+            self.end_offsets[(partition.topic, partition.partition)] = high
+            if self._since_ms is not None and high > low:
+                low = self._offset_at(
+                    consumer, TopicPartition(partition.topic, partition.partition, self._since_ms), low, high
+                )
+            if high > low:
+                assignment.append(TopicPartition(partition.topic, partition.partition, low))
         if assignment:
             consumer.assign(assignment)
         return {(tp.topic, tp.partition) for tp in assignment}
+
+    def _all_watermarks(self, consumer: Consumer, partitions: list[TopicPartition]) -> dict[Partition, tuple[int, int]]:
+        """Every partition's low and high watermarks, asked in two requests for all of them (a request
+        per partition costs a broker round trip each: seconds for hundreds of partitions). ListOffsets
+        with the protocol's timestamps -2 and -1 answers the earliest and the latest offset; a partition
+        that gets no answer there (a leader being elected) is asked on its own."""
+        bounds: dict[Partition, tuple[int, int]] = {}
+        if not partitions:
+            return bounds
+        try:
+            lows = consumer.offsets_for_times(
+                [TopicPartition(p.topic, p.partition, EARLIEST_TIMESTAMP) for p in partitions],
+                timeout=self._stall_timeout_s,
+            )
+            highs = consumer.offsets_for_times(
+                [TopicPartition(p.topic, p.partition, LATEST_TIMESTAMP) for p in partitions],
+                timeout=self._stall_timeout_s,
+            )
+        except KafkaException:
+            lows = highs = []
+        for low, high in zip(lows, highs, strict=True):
+            if low.error is None and high.error is None and 0 <= low.offset <= high.offset:
+                bounds[(low.topic, low.partition)] = (int(low.offset), int(high.offset))
+        for partition in partitions:
+            if (partition.topic, partition.partition) not in bounds:
+                bounds[(partition.topic, partition.partition)] = self._watermarks(consumer, partition)
+        return bounds
 
     def _offset_at(self, consumer: Consumer, at: TopicPartition, low: int, high: int) -> int:
         """The first offset stored at or after ``at.offset`` (a time), or ``high`` when none is."""

@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import (
@@ -270,3 +270,37 @@ def test_an_unreachable_broker_fails_within_the_total_timeout() -> None:
     with pytest.raises(BusError, match=r"did not acknowledge 1 event\(s\).*bootstrap.servers='127.0.0.1:9'"):
         bus.publish("t", every_event_type()[0])
     assert time.monotonic() - started < 15
+
+
+def test_the_reader_reads_each_partition_from_its_first_stored_record_to_the_end_it_had_when_it_started(
+    kafka_bootstrap: str, unique_name: str
+) -> None:
+    """Every partition's bounds are asked in one request for all of them (ListOffsets' earliest and
+    latest): a partition whose first records were deleted starts after them, an empty one is skipped,
+    and records written after the reader started are left for the next run."""
+    topic = f"{unique_name}.many"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 12, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for partition in range(11):  # partition 11 stays empty
+        for index in range(partition + 3):
+            producer.produce(topic, value=f"{partition}:{index}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    # The first two records of partitions 0-4 deleted: their low watermark is 2.
+    deleted = admin.delete_records([TopicPartition(topic, partition, 2) for partition in range(5)])
+    for future in deleted.values():
+        future.result(30)
+    reader = LogReader({"bootstrap.servers": kafka_bootstrap}, [topic])
+    batches = reader.batches()
+    first = next(batches)
+    for partition in range(11):  # written after the reader started: not read
+        producer.produce(topic, value=b"late", partition=partition)
+    assert producer.flush(30) == 0
+    values = sorted(message.value().decode() for batch in [first, *batches] for message in batch)
+    expected = sorted(
+        f"{partition}:{index}" for partition in range(11) for index in range(2 if partition < 5 else 0, partition + 3)
+    )
+    assert values == expected
+    assert reader.end_offsets == {
+        (topic, partition): (partition + 3 if partition < 11 else 0) for partition in range(12)
+    }
