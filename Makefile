@@ -65,6 +65,7 @@ bench: jars
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p acidclean
 	$(BIN)/lint-imports
 	$(BIN)/hadolint deploy/docker/cleaner.Dockerfile deploy/docker/vacuum.Dockerfile

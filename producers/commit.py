@@ -106,9 +106,7 @@ def write_vacuum_markers(fs: pafs.FileSystem, parent: str, targets: Sequence[str
             out.write(vacuum_marker)
 
 
-def commit(
-    fs: pafs.FileSystem, location: str, staging_dir: str, targets: Sequence[str], draft: dict[str, Any]
-) -> None:
+def commit(fs: pafs.FileSystem, location: str, staging_dir: str, targets: Sequence[str], draft: dict[str, Any]) -> None:
     """Mark each target as this vacuum's output, write the commit marker, rename the targets out of
     staging in order, then remove the staging directory (only the marker is left in it by then)."""
     write_vacuum_markers(fs, staging_dir, targets, draft)

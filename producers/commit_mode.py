@@ -36,9 +36,7 @@ def choose_commit_mode(setting: str, kind: MetastoreKind, scheme: str, location:
     ``vacuum_commit`` setting (``auto``, ``rename`` or ``visibility-txn``); a refusal says why none is safe."""
     object_store = scheme.lower() in OBJECT_STORE_SCHEMES
     if setting not in ("auto", *(mode.value for mode in CommitMode)):
-        raise VacuumRefusedError(
-            f"vacuum_commit={setting!r} is not one of auto, rename, visibility-txn"
-        )
+        raise VacuumRefusedError(f"vacuum_commit={setting!r} is not one of auto, rename, visibility-txn")
     if setting == CommitMode.RENAME.value and object_store:
         raise VacuumRefusedError(
             f"vacuum_commit=rename is unsafe on {location}: a directory rename on an object store is a copy of "

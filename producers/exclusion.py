@@ -77,8 +77,12 @@ def _release_stale(metastore: Metastore, holders: list[LockInfo], stale_s: float
     for lock in holders:
         beat = lock.last_heartbeat_ms or lock.acquired_at_ms or 0
         if now_ms - beat > stale_s * 1000:
-            LOGGER.warning("releasing the vacuum lock of %s: %s sent no heartbeat for %.0f s", where, _describe(lock),
-                           (now_ms - beat) / 1000)
+            LOGGER.warning(
+                "releasing the vacuum lock of %s: %s sent no heartbeat for %.0f s",
+                where,
+                _describe(lock),
+                (now_ms - beat) / 1000,
+            )
             try:
                 metastore.unlock(lock.lock_id)
                 released = True

@@ -181,9 +181,7 @@ def commit_once(metastore: Metastore, info: TableInfo, request: IngestRequest) -
         with contextlib.suppress(AcidCleanError):
             metastore.abort_txn(txn_id)
         raise
-    return CommitResult(
-        txn_id, write_id, delta, delete_delta, request.rows, deleted.num_rows, written, location.uri
-    )
+    return CommitResult(txn_id, write_id, delta, delete_delta, request.rows, deleted.num_rows, written, location.uri)
 
 
 def _events(result: CommitResult, info: TableInfo, tenant: str) -> list[DeltaCommitted]:
@@ -224,8 +222,11 @@ def ingest(
     if bool(table.partition_keys) != (partition is not None):
         raise ConfigurationError(
             f"{request.db}.{request.table} is "
-            + (f"partitioned by {', '.join(table.partition_keys)}: give --partition" if table.partition_keys else
-               "not partitioned: leave out --partition")
+            + (
+                f"partitioned by {', '.join(table.partition_keys)}: give --partition"
+                if table.partition_keys
+                else "not partitioned: leave out --partition"
+            )
         )
     if partition is not None:
         metastore.add_partition(request.db, request.table, partition)
@@ -243,5 +244,3 @@ def ingest(
         if on_commit is not None:
             on_commit(result)
     return results
-
-

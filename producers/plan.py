@@ -246,9 +246,7 @@ def _claims(
     directories, which no reader uses. Only ids at or below the highest write id (DESIGN.md section 7,
     rule 3); ACID directories only (original files stay where they are)."""
     candidates = sorted(
-        name
-        for name in {*after.obsolete, *after.aborted}
-        if _is_acid_directory(name) and _at_or_below(name, highest)
+        name for name in {*after.obsolete, *after.aborted} if _is_acid_directory(name) and _at_or_below(name, highest)
     )
     try:
         return superseded_by_own_output(targets, candidates, valid_ids, valid_txns)
@@ -287,9 +285,7 @@ def describe_plan(plan: CompactionPlan, kind: MetastoreKind) -> list[str]:
         f"  obsolete   {', '.join(plan.obsolete_after) or '(none)'}",
     ]
     if plan.held_back:
-        lines.append(
-            f"  waits      {', '.join(plan.held_back)} (above the open {id_name(kind)} {plan.held_back_by})"
-        )
+        lines.append(f"  waits      {', '.join(plan.held_back)} (above the open {id_name(kind)} {plan.held_back_by})")
     return lines
 
 

@@ -62,9 +62,7 @@ def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitt
 class Publisher:
     """Publishes vacuum events to the settings' topic, creating it first if need be."""
 
-    def __init__(
-        self, settings: Settings, bus: EventBus | None = None, *, timeout_s: float = 30.0
-    ) -> None:
+    def __init__(self, settings: Settings, bus: EventBus | None = None, *, timeout_s: float = 30.0) -> None:
         self.settings = settings
         self.topic = settings.topic("vacuum_committed")
         self._bus = bus

@@ -244,8 +244,9 @@ class RequestHandler:
                 metastore_failures += 1
                 if metastore_failures >= METASTORE_TRIES:
                     return self._fail(request, "error", str(error))
-                self._log(logging.WARNING, f"metastore call failed (try {metastore_failures}), retrying: {error}",
-                          request)
+                self._log(
+                    logging.WARNING, f"metastore call failed (try {metastore_failures}), retrying: {error}", request
+                )
                 if not self._pause(metastore_failures):
                     return Handled("abandoned")
                 continue
@@ -261,8 +262,12 @@ class RequestHandler:
             vacuum_id = result.publish.event.event_id
             if not result.publish.published:
                 why = result.publish.error
-                self._log(logging.WARNING, f"VacuumCommitted not acknowledged, kept in the outbox: {why}", request,
-                          vacuum_id=str(vacuum_id))
+                self._log(
+                    logging.WARNING,
+                    f"VacuumCommitted not acknowledged, kept in the outbox: {why}",
+                    request,
+                    vacuum_id=str(vacuum_id),
+                )
             if result.publish.published or self._publish_outbox(request) == "published":
                 self._log(logging.INFO, "vacuum committed", request, vacuum_id=str(vacuum_id))
                 return Handled("committed", vacuum_id=vacuum_id)
@@ -337,8 +342,12 @@ class RequestHandler:
                 return True
             except BusError as error:
                 tries += 1
-                log(LOGGER, logging.WARNING, f"could not publish {type(event).__name__}, retrying: {error}",
-                    event_id=str(event.event_id))
+                log(
+                    LOGGER,
+                    logging.WARNING,
+                    f"could not publish {type(event).__name__}, retrying: {error}",
+                    event_id=str(event.event_id),
+                )
                 if not self._pause_publishing(tries):
                     return False
 
@@ -352,5 +361,13 @@ class RequestHandler:
         return not self._stopping.wait(min(self._retry_s * tries, 30.0))
 
     def _log(self, level: int, message: str, request: VacuumRequested, **fields: Any) -> None:
-        log(LOGGER, level, message, request_id=str(request.event_id), table=request.table,
-            partition=request.partition, service_id=self.service_id, **fields)
+        log(
+            LOGGER,
+            level,
+            message,
+            request_id=str(request.event_id),
+            table=request.table,
+            partition=request.partition,
+            service_id=self.service_id,
+            **fields,
+        )

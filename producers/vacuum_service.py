@@ -95,7 +95,9 @@ class VacuumServiceMetrics:
         self.running = Gauge("acidclean_vacuum_service_running", "Requests being handled now.", registry=r)
         self.queued = Gauge("acidclean_vacuum_service_queued", "Requests read and waiting for their lane.", registry=r)
         self.vacuum_seconds = Histogram(
-            "acidclean_vacuum_service_vacuum_seconds", "Duration of each vacuum run.", buckets=VACUUM_BUCKETS,
+            "acidclean_vacuum_service_vacuum_seconds",
+            "Duration of each vacuum run.",
+            buckets=VACUUM_BUCKETS,
             registry=r,
         )
 
@@ -169,12 +171,14 @@ class VacuumService:
         self._local = threading.local()
         self._clients: list[Any] = []
         self._clients_lock = threading.Lock()
-        self._metastore_factory = metastore_factory or (
-            lambda: HiveMetastore.from_settings(settings)
-        )
+        self._metastore_factory = metastore_factory or (lambda: HiveMetastore.from_settings(settings))
         self._bus_factory = bus_factory or (
-            lambda: KafkaEventBus(settings.kafka, source=f"/acidclean/vacuum-service/{self.service_id}",
-                                  delivery_timeout_s=15.0, total_timeout_s=30.0)
+            lambda: KafkaEventBus(
+                settings.kafka,
+                source=f"/acidclean/vacuum-service/{self.service_id}",
+                delivery_timeout_s=15.0,
+                total_timeout_s=30.0,
+            )
         )
         self.stopping = threading.Event()
         self.handler = RequestHandler(
@@ -248,19 +252,30 @@ class VacuumService:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda *_: self.stop())
         if self.options.metrics_port is not None:
-            self._http = serve_http(self.metrics.registry, self.options.metrics_port, self.options.metrics_address,
-                                    self.probes)
+            self._http = serve_http(
+                self.metrics.registry, self.options.metrics_port, self.options.metrics_address, self.probes
+            )
         started = time.monotonic()
         session = self.spark()
-        log(LOGGER, logging.INFO, "vacuum service started", service_id=self.service_id, group=self.group_id,
-            tenant=self.settings.tenant, topic=self.topic, threads=self._threads,
-            spark_master=session.sparkContext.master, spark_start_s=round(time.monotonic() - started, 1),
-            metrics_port=self.options.metrics_port)
+        log(
+            LOGGER,
+            logging.INFO,
+            "vacuum service started",
+            service_id=self.service_id,
+            group=self.group_id,
+            tenant=self.settings.tenant,
+            topic=self.topic,
+            threads=self._threads,
+            spark_master=session.sparkContext.master,
+            spark_start_s=round(time.monotonic() - started, 1),
+            metrics_port=self.options.metrics_port,
+        )
         self.probes.stepped()
         self._consumer = self._new_consumer()
         try:
-            self._consumer.subscribe([self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                     on_lost=self._on_lost)
+            self._consumer.subscribe(
+                [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
             while not self._stop.is_set():
                 self.step()
         finally:
@@ -338,8 +353,13 @@ class VacuumService:
             try:
                 handled = self._handle(work)
             except BaseException as error:  # a bug: leave the request unanswered (run again later), say why
-                log(LOGGER, logging.ERROR, f"handling failed: {type(error).__name__}: {error}",
-                    offset=work.offset, partition_number=work.partition[1])
+                log(
+                    LOGGER,
+                    logging.ERROR,
+                    f"handling failed: {type(error).__name__}: {error}",
+                    offset=work.offset,
+                    partition_number=work.partition[1],
+                )
             finally:
                 self.metrics.running.dec()
                 self._end(work)
@@ -356,8 +376,12 @@ class VacuumService:
         return handled
 
     def _dead_letter(self, rejected: CleanupRejected) -> Handled:
-        log(LOGGER, logging.WARNING, f"dead-lettering a record of the requests topic: {rejected.reason}",
-            reason_code=rejected.reason_code)
+        log(
+            LOGGER,
+            logging.WARNING,
+            f"dead-lettering a record of the requests topic: {rejected.reason}",
+            reason_code=rejected.reason_code,
+        )
         while True:
             try:
                 self.handler_bus().publish(self.settings.topic("dead_letter"), rejected)
@@ -478,8 +502,12 @@ class VacuumService:
             if not running:
                 return True
             if time.monotonic() > deadline:
-                log(LOGGER, logging.WARNING, "requests still running: left unanswered here, the group runs them again",
-                    partitions=[f"{t}[{p}]" for (t, p), _ in running])
+                log(
+                    LOGGER,
+                    logging.WARNING,
+                    "requests still running: left unanswered here, the group runs them again",
+                    partitions=[f"{t}[{p}]" for (t, p), _ in running],
+                )
                 return False
             time.sleep(0.05)
 
@@ -508,8 +536,7 @@ class VacuumService:
             self._http.server_close()
         if idle:
             self._close_clients()
-        log(LOGGER, logging.INFO, "vacuum service stopped", service_id=self.service_id,
-            left_running=not idle or None)
+        log(LOGGER, logging.INFO, "vacuum service stopped", service_id=self.service_id, left_running=not idle or None)
 
     def _close_clients(self) -> None:
         with self._clients_lock:

@@ -157,7 +157,6 @@ def open_location(uri: str, environ: Mapping[str, str] | None = None) -> Storage
         arrow, path = pafs.FileSystem.from_uri(normalise_uri(uri))
     except (OSError, ValueError) as error:
         raise StorageError(
-            f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs://, "
-            "s3:// and s3a://"
+            f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs://, s3:// and s3a://"
         ) from error
     return StorageLocation(ArrowFileSystem(arrow), path, uri)

@@ -203,8 +203,16 @@ def describe_hdfs_error(error: BaseException, authority: str) -> str:
     if "gss" in lowered or "kerberos" in lowered or "sasl" in lowered or "credential" in lowered:
         return f"{first_line}; {KERBEROS_ADVICE}"
     if isinstance(error, (ConnectionError, TimeoutError)) or any(
-        word in lowered for word in ("connection refused", "timed out", "connection reset", "broken pipe",
-                                     "no route", "name or service not known", "failed to lookup")
+        word in lowered
+        for word in (
+            "connection refused",
+            "timed out",
+            "connection reset",
+            "broken pipe",
+            "no route",
+            "name or service not known",
+            "failed to lookup",
+        )
     ):
         return (
             f"{first_line}; is the NameNode {namenode} running and reachable from here? Check the location's "
@@ -277,8 +285,9 @@ def _fsspec_hdfs(client: Any, location: HdfsLocation) -> Any:
             except FileNotFoundError:
                 return False
 
-        def walk(self, path: str, maxdepth: int | None = None, topdown: bool = True,
-                 on_error: str = "raise", **kwargs: Any) -> Any:
+        def walk(
+            self, path: str, maxdepth: int | None = None, topdown: bool = True, on_error: str = "raise", **kwargs: Any
+        ) -> Any:
             return super().walk(path, maxdepth=maxdepth, topdown=topdown, on_error="raise", **kwargs)
 
     return _Fsspec()

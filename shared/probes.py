@@ -123,6 +123,7 @@ PROBE_TIMEOUT_S = 2.0  # per readiness check; the chart's probe timeoutSeconds l
 def metastore_check(uris: str, timeout_s: float = PROBE_TIMEOUT_S) -> ReadinessCheck:
     """Ready when any metastore of ``hive.metastore.uris`` accepts a connection (the client fails over
     between them the same way)."""
+
     def check() -> str | None:
         failures = []
         for host, port in parse_metastore_uris(uris):

@@ -72,11 +72,24 @@ BACKOFF_MAX_S = 5.0
 
 # Error codes that say "try again later"; anything else (AccessDenied, NoSuchBucket...) will not pass
 # on a retry, so it fails at once with the code in the message.
-RETRYABLE_CODES = frozenset({
-    "SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
-    "InternalError", "ServiceUnavailable", "RequestTimeout", "RequestTimeTooSkewed", "OperationAborted",
-    "500", "502", "503", "504",
-})
+RETRYABLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "InternalError",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "OperationAborted",
+        "500",
+        "502",
+        "503",
+        "504",
+    }
+)
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -208,7 +221,7 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
 def delete_pages(keys: Sequence[str], page_size: int) -> Iterator[Sequence[str]]:
     """``keys`` in consecutive pages of at most ``page_size``."""
     for start in range(0, len(keys), page_size):
-        yield keys[start:start + page_size]
+        yield keys[start : start + page_size]
 
 
 class _RetryableDeleteError(Exception):

@@ -121,9 +121,7 @@ def _alias(*names: str) -> AliasChoices:
 class Settings(BaseSettings):
     """Every setting of acidclean. Build it with :func:`load_settings`."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True, populate_by_name=True)
 
     cleanup_interval_ms: Milliseconds = Field(
         2000,
@@ -138,9 +136,7 @@ class Settings(BaseSettings):
     cleanup_threads: int = Field(
         2,
         gt=0,
-        validation_alias=_alias(
-            "cleanup_threads", "hive.compaction-cleanup-threads", "hive.vacuum-service-threads"
-        ),
+        validation_alias=_alias("cleanup_threads", "hive.compaction-cleanup-threads", "hive.vacuum-service-threads"),
         description="Parallel deletes per cleaner process.",
     )
     metastore_uris: str = Field(

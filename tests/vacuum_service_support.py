@@ -39,8 +39,9 @@ from acidclean.shared.settings import Settings
 T = TypeVar("T")
 
 
-def request_for(settings: Settings, table: str, location: str, *, partition: str | None = None,
-                full: bool = False) -> VacuumRequested:
+def request_for(
+    settings: Settings, table: str, location: str, *, partition: str | None = None, full: bool = False
+) -> VacuumRequested:
     """A request as the initiator makes it (12 deltas over a threshold of 10)."""
     now = utc_now()
     return VacuumRequested(
@@ -90,8 +91,9 @@ def running_service(
     settings: Settings, spark: Any, service_id: str = "it", metrics_port: int | None = None
 ) -> Iterator[VacuumService]:
     """A vacuum service in a thread of this process on the session's Spark, stopped on exit."""
-    options = ServiceOptions(service_id=f"{service_id}-{uuid.uuid4().hex[:6]}", metrics_port=metrics_port,
-                             metrics_address="127.0.0.1")
+    options = ServiceOptions(
+        service_id=f"{service_id}-{uuid.uuid4().hex[:6]}", metrics_port=metrics_port, metrics_address="127.0.0.1"
+    )
     service = VacuumService(settings, options, spark=lambda: spark)
     errors: list[BaseException] = []
 
@@ -173,8 +175,13 @@ def start_command(
     env["PYTHONUNBUFFERED"] = "1"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with log_file.open("ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "acidclean", *args], stdout=log, stderr=subprocess.STDOUT,
-                                   env=env, cwd=settings.state_dir)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "acidclean", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=settings.state_dir,
+        )
     return Subprocess(process, log_file)
 
 

@@ -144,8 +144,10 @@ def service_unavailable(error: AcidCleanError) -> bool:
         return True  # not imported: acidclean.shared.bus.kafka_errors loads confluent-kafka
     if type(error).__name__ == "MetastoreError":
         cause = error.__cause__
-        return str(error).startswith("cannot reach the Hive Metastore") or isinstance(cause, (OSError, EOFError)) or (
-            cause is not None and type(cause).__name__ == "TTransportException"
+        return (
+            str(error).startswith("cannot reach the Hive Metastore")
+            or isinstance(cause, (OSError, EOFError))
+            or (cause is not None and type(cause).__name__ == "TTransportException")
         )
     return False
 
@@ -162,6 +164,7 @@ def _interrupted() -> NoReturn:
     else:
         click.echo("interrupted", err=True)
     sys.exit(EXIT_INTERRUPTED)
+
 
 # (module, attribute) of every sub-command; a module is imported only when the CLI starts.
 COMMANDS: tuple[tuple[str, str], ...] = (
@@ -220,7 +223,7 @@ class _Group(click.Group):
     )
     + "\n\n"
     + EXIT_CODES
-    + "\n\nShell completion (bash; zsh and fish alike): eval \"$(_ACIDCLEAN_COMPLETE=bash_source acidclean)\"",
+    + '\n\nShell completion (bash; zsh and fish alike): eval "$(_ACIDCLEAN_COMPLETE=bash_source acidclean)"',
 )
 @click.version_option(package_name="acidclean")
 def main() -> None:

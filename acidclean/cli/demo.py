@@ -18,16 +18,34 @@ from acidclean.deploy.local.metastore import FLAVOURS
     )
 )
 @state_dir_option
-@click.option("--metastore", "flavour", type=click.Choice(list(FLAVOURS)), default=None,
-              help="hive2, hive3 or hive4 [default: hive3 with --storage s3, else hive2]")
-@click.option("--storage", type=click.Choice(["local", "hdfs", "s3"]), default="local", show_default=True,
-              help="Where the table lives: the local disk, a real HDFS or a real S3 API server.")
+@click.option(
+    "--metastore",
+    "flavour",
+    type=click.Choice(list(FLAVOURS)),
+    default=None,
+    help="hive2, hive3 or hive4 [default: hive3 with --storage s3, else hive2]",
+)
+@click.option(
+    "--storage",
+    type=click.Choice(["local", "hdfs", "s3"]),
+    default="local",
+    show_default=True,
+    help="Where the table lives: the local disk, a real HDFS or a real S3 API server.",
+)
 @click.option("--commits", type=click.IntRange(min=2), default=8, show_default=True, help="Commits to stream.")
 @click.option("--rows", type=click.IntRange(min=1), default=2000, show_default=True, help="Rows per commit.")
-@click.option("--interval-ms", type=click.IntRange(min=100), default=2000, show_default=True,
-              help="The cleaner's re-check interval (hive.compaction-cleanup-interval).")
-@click.option("--by-hand", is_flag=True,
-              help="Run the vacuum as `acidclean vacuum` instead of the initiator and the vacuum service.")
+@click.option(
+    "--interval-ms",
+    type=click.IntRange(min=100),
+    default=2000,
+    show_default=True,
+    help="The cleaner's re-check interval (hive.compaction-cleanup-interval).",
+)
+@click.option(
+    "--by-hand",
+    is_flag=True,
+    help="Run the vacuum as `acidclean vacuum` instead of the initiator and the vacuum service.",
+)
 @click.option("--minor", is_flag=True, help="With --by-hand: a MINOR vacuum instead of a MAJOR one.")
 def demo(
     state_dir: Path,

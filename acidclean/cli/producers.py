@@ -93,8 +93,11 @@ PUBLISH_TIMEOUT = click.FloatRange(min=0, min_open=True)
 @click.option("--partition", metavar="K=V[/K2=V2]", help="Vacuum one partition" + PARTITION_SPELLING)
 @click.option("--full", is_flag=True, help="MAJOR vacuum (VACUUM TABLE t FULL): base and deltas into base_N.")
 @click.option("--dry-run", is_flag=True, help="Print what would be compacted into what; write nothing.")
-@click.option("--allow-uncleaned", is_flag=True,
-              help="Vacuum although an earlier vacuum's obsolete directories are not cleaned yet.")
+@click.option(
+    "--allow-uncleaned",
+    is_flag=True,
+    help="Vacuum although an earlier vacuum's obsolete directories are not cleaned yet.",
+)
 @click.option("--master", help="Spark master (default: spark-submit's, else local[*]).")
 @click.option("--outbox", "outbox_dir", type=click.Path(file_okay=False), help="Outbox (default <state_dir>/outbox).")
 @click.option(
@@ -149,8 +152,10 @@ def vacuum(
     if result.status == "already-committed":
         click.echo(f"{plan.table}: {', '.join(result.new_directories)} already committed; nothing to do")
         return
-    click.echo(f"committed {plan.compaction_type.value} vacuum of {plan.table}"
-               f"{' partition ' + plan.partition if plan.partition else ''}: {', '.join(result.new_directories)}")
+    click.echo(
+        f"committed {plan.compaction_type.value} vacuum of {plan.table}"
+        f"{' partition ' + plan.partition if plan.partition else ''}: {', '.join(result.new_directories)}"
+    )
     click.echo(
         f"  compacted {_names(plan.inputs)} ({plan.input_files} files, {format_bytes(result.bytes_read)})"
         f" in {result.seconds:.1f} s: {result.rows_written} rows and {result.deletes_written} delete events in "
@@ -202,8 +207,13 @@ def create_table(
     parsed = parse_columns(columns)
     with _metastore(_settings(config_file)) as metastore:
         info = create(
-            metastore, db, name, parsed, buckets=buckets,
-            partitioned_by=_partition_column(partitioned_by), orc_compress=orc_compress.upper(),
+            metastore,
+            db,
+            name,
+            parsed,
+            buckets=buckets,
+            partitioned_by=_partition_column(partitioned_by),
+            orc_compress=orc_compress.upper(),
         )
     partitioning = f", partitioned by {', '.join(info.partition_keys)}" if info.partition_keys else ""
     click.echo(
@@ -221,8 +231,13 @@ def create_table(
 @click.argument("table", metavar="DB.TABLE", callback=table_name)
 @click.option("--rows", type=click.IntRange(min=0), required=True, help="Rows each commit inserts.")
 @click.option("--commits", type=click.IntRange(min=1), default=1, show_default=True, help="Transactions to commit.")
-@click.option("--delete-fraction", type=click.FloatRange(0, 1), default=0.0, show_default=True,
-              help="Each commit also deletes this fraction of the rows it sees.")
+@click.option(
+    "--delete-fraction",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Each commit also deletes this fraction of the rows it sees.",
+)
 @click.option("--partition", metavar="K=V[/K2=V2]", help="The partition to write (created if missing).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated values.")
 @click.option("--publish/--no-publish", default=True, show_default=True, help="Publish DeltaCommitted.")
@@ -297,8 +312,13 @@ def ingest(
 )
 @click.argument("table", metavar="DB.TABLE", callback=table_name)
 @click.option("--partition", metavar="K=V[/K2=V2]", help="Read one partition" + PARTITION_SPELLING)
-@click.option("--hold", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Seconds to keep the read lock after reading.")
+@click.option(
+    "--hold",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds to keep the read lock after reading.",
+)
 @click.option("--count", "count_only", is_flag=True, help="Print only the number of rows.")
 @click.option("--with-row-id", is_flag=True, help="Also print originalTransaction, bucket, rowId, currentTransaction.")
 @config_option
@@ -314,9 +334,10 @@ def read(
     from acidclean.producers.reader import locked_read
 
     db, name = split_table_name(table)
-    with _metastore(_settings(config_file)) as metastore, locked_read(
-        metastore, db, name, partition, with_row_id=with_row_id
-    ) as snapshot:
+    with (
+        _metastore(_settings(config_file)) as metastore,
+        locked_read(metastore, db, name, partition, with_row_id=with_row_id) as snapshot,
+    ):
         _info(
             f"lock {snapshot.lock_id} (SHARED_READ, txn {snapshot.txn_id}) acquired; read "
             f"{', '.join(snapshot.directories) or 'no directories'}: {snapshot.rows.num_rows} rows"

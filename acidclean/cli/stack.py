@@ -94,7 +94,7 @@ def up(state_dir: Path, flavour: str | None, kafka_port: int | None, metastore_p
     else:
         click.echo(
             f"acidclean commands use it with ACIDCLEAN_STATE_DIR={shlex.quote(info.state_dir)}; "
-            f"or: eval \"$(acidclean stack env --state-dir {shlex.quote(info.state_dir)})\""
+            f'or: eval "$(acidclean stack env --state-dir {shlex.quote(info.state_dir)})"'
         )
 
 

@@ -160,8 +160,10 @@ def vacuum_request(request_json: str, master: str | None, service_id: str | None
         click.echo(f"request {request.event_id} ({where}): VacuumFailed {handled.reason_code}: {handled.message}")
         sys.exit(1)
     if handled.outcome == "abandoned":
-        click.echo(f"request {request.event_id} ({where}): not answered, Kafka did not acknowledge (see the log "
-                   "lines above); a committed vacuum's event waits in the outbox: run this command again")
+        click.echo(
+            f"request {request.event_id} ({where}): not answered, Kafka did not acknowledge (see the log "
+            "lines above); a committed vacuum's event waits in the outbox: run this command again"
+        )
         sys.exit(3)
     detail = f"VacuumCommitted {handled.vacuum_id}" if handled.vacuum_id else handled.message
     click.echo(f"request {request.event_id} ({where}): {handled.outcome}: {detail}")

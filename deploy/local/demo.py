@@ -129,8 +129,14 @@ def _watch_topics(
 ) -> None:
     """Narrate the vacuum, delay, cleanup and dead-letter events as they arrive (no consumer group)."""
     topics = {settings.topic(name): name for name in STORY_TOPICS}
-    consumer = Consumer({**settings.kafka, "group.id": f"acidclean-demo-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "log_level": 3})
+    consumer = Consumer(
+        {
+            **settings.kafka,
+            "group.id": f"acidclean-demo-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "log_level": 3,
+        }
+    )
     try:
         metadata = consumer.list_topics(timeout=30)
         assignment = []
@@ -164,25 +170,33 @@ def _narrate(event: object, story: StoryEvents, narrator: Narrator) -> None:
         elif isinstance(event, VacuumCommitted):
             story.vacuum = event
             locks = ", ".join(f"lock {lock.lock_id} ({lock.user}@{lock.host})" for lock in event.lock_snapshot)
-            narrator.step(f"VacuumCommitted on the bus: new {', '.join(event.new_directories)}; "
-                          f"lock snapshot: {locks or 'no locks'}")
+            narrator.step(
+                f"VacuumCommitted on the bus: new {', '.join(event.new_directories)}; "
+                f"lock snapshot: {locks or 'no locks'}"
+            )
         elif isinstance(event, DelayEnvelope):
             story.delays += 1
             held = ", ".join(str(lock.lock_id) for lock in event.locks_held)
             due_in = (event.due_at - event.occurred_at).total_seconds()
-            narrator.step(f"cleaner: not ready to clean, lock {held} still held -> delay topic "
-                          f"(attempt {event.attempt}, due in {due_in:.1f} s); nothing deleted")
+            narrator.step(
+                f"cleaner: not ready to clean, lock {held} still held -> delay topic "
+                f"(attempt {event.attempt}, due in {due_in:.1f} s); nothing deleted"
+            )
         elif isinstance(event, DelayedVacuums):
             story.delays += 1
             due_in = (event.due_at - event.occurred_at).total_seconds()
-            narrator.step(f"cleaner: {len(event.waiting)} vacuums of {event.table} not ready to clean -> one delay "
-                          f"record (due in {due_in:.1f} s); nothing deleted")
+            narrator.step(
+                f"cleaner: {len(event.waiting)} vacuums of {event.table} not ready to clean -> one delay "
+                f"record (due in {due_in:.1f} s); nothing deleted"
+            )
         elif isinstance(event, CleanupDone):
             story.done = event
             files = sum(d.file_count for d in event.directories_removed)
-            narrator.step(f"CleanupDone: {len(event.directories_removed)} directories, {files} files, "
-                          f"{event.bytes_freed:,} bytes removed after {event.attempts} checks "
-                          f"({event.time_waited_ms / 1000:.1f} s after the vacuum)")
+            narrator.step(
+                f"CleanupDone: {len(event.directories_removed)} directories, {files} files, "
+                f"{event.bytes_freed:,} bytes removed after {event.attempts} checks "
+                f"({event.time_waited_ms / 1000:.1f} s after the vacuum)"
+            )
         elif isinstance(event, CleanupRejected):
             story.rejected = event
             narrator.step(f"dead letter: {event.reason_code}: {event.reason}")
@@ -196,7 +210,10 @@ def _service(env: dict[str, str], log_file: Path, *args: str) -> Iterator[int]:
     with log_file.open("ab") as log:
         process = subprocess.Popen(
             _command(*args, "--group", f"demo-{uuid.uuid4().hex[:6]}"),
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         yield process.pid
@@ -216,17 +233,23 @@ def _initiator(
     if by_hand:
         yield
         return
-    loop_env = {**env, "ACIDCLEAN_COMPACTOR_DELTA_NUM_THRESHOLD": str(threshold),
-                "ACIDCLEAN_INITIATOR_SWEEP_INTERVAL_S": "0"}
+    loop_env = {
+        **env,
+        "ACIDCLEAN_COMPACTOR_DELTA_NUM_THRESHOLD": str(threshold),
+        "ACIDCLEAN_INITIATOR_SWEEP_INTERVAL_S": "0",
+    }
     with _service(loop_env, demo_dir / "initiator.log", "initiator") as pid:
-        narrator.step(f"initiator started (pid {pid}, hive.compactor.delta.num.threshold {threshold}; "
-                      f"its JSON log: {demo_dir / 'initiator.log'})")
+        narrator.step(
+            f"initiator started (pid {pid}, hive.compactor.delta.num.threshold {threshold}; "
+            f"its JSON log: {demo_dir / 'initiator.log'})"
+        )
         yield
 
 
 @contextmanager
-def _reader(metastore: HiveMetastore, db: str, table: str, narrator: Narrator,
-            release: threading.Event) -> Iterator[threading.Event]:
+def _reader(
+    metastore: HiveMetastore, db: str, table: str, narrator: Narrator, release: threading.Event
+) -> Iterator[threading.Event]:
     """A reader in its own thread: lock, list, read, then hold the lock until ``release`` is set."""
     locked = threading.Event()
     failure: list[BaseException] = []
@@ -234,9 +257,11 @@ def _reader(metastore: HiveMetastore, db: str, table: str, narrator: Narrator,
     def read() -> None:
         try:
             with locked_read(metastore, db, table) as seen:
-                narrator.step(f"a reader locked {db}.{table} (SHARED_READ, txn {seen.txn_id}, lock {seen.lock_id}) "
-                              f"and read {seen.rows.num_rows:,} rows from {len(seen.directories)} directories; "
-                              "it keeps its lock while it works")
+                narrator.step(
+                    f"a reader locked {db}.{table} (SHARED_READ, txn {seen.txn_id}, lock {seen.lock_id}) "
+                    f"and read {seen.rows.num_rows:,} rows from {len(seen.directories)} directories; "
+                    "it keeps its lock while it works"
+                )
                 locked.set()
                 release.wait(timeout=600)
                 narrator.step(f"the reader finished and committed txn {seen.txn_id}: its lock is released")
@@ -321,12 +346,26 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
                 _initiator(env, demo_dir, narrator, threshold, options.by_hand),
                 ExitStack() as service,
             ):
-                narrator.step(f"cleaner started (pid {pid}, interval {options.interval_ms} ms; "
-                              f"its JSON log: {demo_dir / 'cleaner.log'})")
-                narrator.step(f"streaming {options.commits} commits of {options.rows} rows through the ingest writer "
-                              "(each: open txn, write id, SHARED_WRITE lock, delta, commit, DeltaCommitted) ...")
-                _run(narrator, env, "ingest", name, "--rows", str(options.rows), "--commits", str(options.commits),
-                     "--delete-fraction", "0.05")
+                narrator.step(
+                    f"cleaner started (pid {pid}, interval {options.interval_ms} ms; "
+                    f"its JSON log: {demo_dir / 'cleaner.log'})"
+                )
+                narrator.step(
+                    f"streaming {options.commits} commits of {options.rows} rows through the ingest writer "
+                    "(each: open txn, write id, SHARED_WRITE lock, delta, commit, DeltaCommitted) ..."
+                )
+                _run(
+                    narrator,
+                    env,
+                    "ingest",
+                    name,
+                    "--rows",
+                    str(options.rows),
+                    "--commits",
+                    str(options.commits),
+                    "--delete-fraction",
+                    "0.05",
+                )
                 before = _listing(location)
                 narrator.detail("table directory now: " + " ".join(before))
                 with _reader(metastore, db, table, narrator, release):
@@ -342,20 +381,28 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
                         service_pid = service.enter_context(
                             _service(env, demo_dir / "vacuum-service.log", "vacuum-service", "--master", "local[2]")
                         )
-                        narrator.step(f"vacuum service started (pid {service_pid}): it starts its SparkSession "
-                                      "once, then takes the request from the topic while the reader holds its lock ...")
+                        narrator.step(
+                            f"vacuum service started (pid {service_pid}): it starts its SparkSession "
+                            "once, then takes the request from the topic while the reader holds its lock ..."
+                        )
                         if not story.wait_for(lambda: story.vacuum is not None or story.failed is not None, 300):
                             raise AcidCleanError(f"no vacuum within 300 s; see {demo_dir / 'vacuum-service.log'}")
                         if story.failed is not None:
                             raise AcidCleanError(f"the requested vacuum failed: {story.failed.message}")
-                    narrator.step(f"the reader's files are still there: {sum(n in _listing(location) for n in before)}"
-                                  f" of {len(before)} directories")
+                    narrator.step(
+                        f"the reader's files are still there: {sum(n in _listing(location) for n in before)}"
+                        f" of {len(before)} directories"
+                    )
                     if not story.wait_for(lambda: story.delays >= REQUEUES_BEFORE_RELEASE, timeout_s=60):
-                        raise AcidCleanError("the cleaner did not requeue the vacuum within 60 s; see its log "
-                                             f"{demo_dir / 'cleaner.log'}")
+                        raise AcidCleanError(
+                            "the cleaner did not requeue the vacuum within 60 s; see its log "
+                            f"{demo_dir / 'cleaner.log'}"
+                        )
                     release.set()
-                if not story.wait_for(lambda: story.done is not None or story.rejected is not None,
-                                      timeout_s=60 + options.interval_ms / 1000):
+                if not story.wait_for(
+                    lambda: story.done is not None or story.rejected is not None,
+                    timeout_s=60 + options.interval_ms / 1000,
+                ):
                     raise AcidCleanError(f"no CleanupDone within 60 s; see the cleaner log {demo_dir / 'cleaner.log'}")
         finally:
             stop_watch.set()
@@ -371,8 +418,10 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
     _run(narrator, env, "audit", name, "--plot", str(plot))
     narrator.step(f"timeline drawn to {plot}")
     exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in environ.items())
-    narrator.step(f"done in {narrator.elapsed:.0f} s. The stack keeps running for you to explore (export {exports}); "
-                  f"stop it with: acidclean stack down --state-dir {options.state_dir}")
+    narrator.step(
+        f"done in {narrator.elapsed:.0f} s. The stack keeps running for you to explore (export {exports}); "
+        f"stop it with: acidclean stack down --state-dir {options.state_dir}"
+    )
     return narrator.elapsed
 
 

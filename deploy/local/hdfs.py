@@ -105,9 +105,20 @@ def start_hdfs(state_dir: Path, port: int | None = None, timeout_s: float = 120)
     ready_file.unlink(missing_ok=True)
     uri = f"hdfs://127.0.0.1:{port}"
     command = [
-        java_executable(), "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-        f"-Dlog4j.configuration={log4j.as_uri()}", f"-Dhadoop.log.dir={log_dir}",
-        "-cp", f"{libs}/*", str(LAUNCHER), "--port", str(port), "--base-dir", str(home),
+        java_executable(),
+        "-Xms128m",
+        "-Xmx512m",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j.configuration={log4j.as_uri()}",
+        f"-Dhadoop.log.dir={log_dir}",
+        "-cp",
+        f"{libs}/*",
+        str(LAUNCHER),
+        "--port",
+        str(port),
+        "--base-dir",
+        str(home),
     ]
     process = start_service(
         "HDFS (MiniDFSCluster)",

@@ -49,8 +49,14 @@ def _copy_dependencies(pom: Path, output: Path, log_file: Path) -> None:
     partial = output.with_name(output.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     command = [
-        _maven(), "-B", "-q", "-f", str(pom), f"{DEPENDENCY_PLUGIN}:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={partial}",
+        _maven(),
+        "-B",
+        "-q",
+        "-f",
+        str(pom),
+        f"{DEPENDENCY_PLUGIN}:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={partial}",
     ]
     maven_settings = os.environ.get("ACIDCLEAN_MAVEN_SETTINGS")
     if maven_settings:  # e.g. a corporate mirror of Maven Central

@@ -219,16 +219,26 @@ def start_kafka(
     ]
     run_to_completion(
         "Kafka storage format",
-        [java, "-Xmx256m", *common, "kafka.tools.StorageTool", "format", "-t", cluster_id,
-         "-c", str(props), "--ignore-formatted", *scram],
+        [
+            java,
+            "-Xmx256m",
+            *common,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(props),
+            "--ignore-formatted",
+            *scram,
+        ],
         log_dir / "kafka-format.log",
         timeout_s=60,
     )
     bootstrap = f"127.0.0.1:{ports.broker}"
     process = start_service(
         "Kafka",
-        [java, "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-         *common, "kafka.Kafka", str(props)],
+        [java, "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true", *common, "kafka.Kafka", str(props)],
         log_dir / "kafka.log",
         ready=lambda: kafka_ready(bootstrap, admin_client_settings(bootstrap, sasl_users, tls)),
         timeout_s=timeout_s,

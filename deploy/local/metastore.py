@@ -52,8 +52,15 @@ FLAVOURS = ("hive2", "hive3", "hive4")
 JAVA17_OPENS = [
     f"--add-opens=java.base/{package}=ALL-UNNAMED"
     for package in (
-        "java.nio", "java.net", "java.lang", "java.util", "java.util.concurrent",
-        "java.util.concurrent.atomic", "java.util.regex", "java.lang.reflect", "java.io",
+        "java.nio",
+        "java.net",
+        "java.lang",
+        "java.util",
+        "java.util.concurrent",
+        "java.util.concurrent.atomic",
+        "java.util.regex",
+        "java.lang.reflect",
+        "java.io",
     )
 ]
 
@@ -218,9 +225,18 @@ def _schema_template(flavour: str, dist: Path, log_dir: Path, java: str, env: di
     (conf / "metastore-site.xml").write_text(site_xml(settings), encoding="utf-8")
     run_to_completion(
         f"Hive Metastore ({flavour}) schema init",
-        [java, "-Xmx512m", *JAVA17_OPENS, f"-Dderby.stream.error.file={log_dir / 'derby.log'}",
-         "-cp", f"{conf}:{dist}/lib/*:{dist}/extra/*",
-         SCHEMA_TOOLS[flavour], "-dbType", "derby", "-initSchema"],
+        [
+            java,
+            "-Xmx512m",
+            *JAVA17_OPENS,
+            f"-Dderby.stream.error.file={log_dir / 'derby.log'}",
+            "-cp",
+            f"{conf}:{dist}/lib/*:{dist}/extra/*",
+            SCHEMA_TOOLS[flavour],
+            "-dbType",
+            "derby",
+            "-initSchema",
+        ],
         log_dir / "metastore-schematool.log",
         timeout_s=180,
         env={**env, "METASTORE_HOME": str(dist)},
@@ -257,8 +273,11 @@ def start_metastore(
     memory = ["-Xms128m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true"]
     env = dict(os.environ)
     env.pop("HADOOP_CONF_DIR", None)
-    logs = [f"-Dderby.stream.error.file={log_dir / 'derby.log'}", f"-Dhive.log.dir={log_dir}",
-            f"-Dmetastore.log.dir={log_dir}"]
+    logs = [
+        f"-Dderby.stream.error.file={log_dir / 'derby.log'}",
+        f"-Dhive.log.dir={log_dir}",
+        f"-Dmetastore.log.dir={log_dir}",
+    ]
     ready = lambda: metastore_ready(port)  # noqa: E731
     if kerberos is not None:
         if flavour == "hive3":
@@ -276,8 +295,11 @@ def start_metastore(
         settings = HIVE4_SETTINGS if flavour == "hive4" else HIVE3_SETTINGS
         home, conf = _layout(state_dir, port, {**settings, **(extra_settings or {})}, warehouse_uri)
         if flavour == "hive4":  # its log4j2 file is not on the class path: log to stderr, the service log
-            logs += [f"-Dlog4j2.configurationFile={dist}/conf/metastore-log4j2.properties",
-                     "-Dmetastore.root.logger=console", "-Dmetastore.log.level=WARN"]
+            logs += [
+                f"-Dlog4j2.configurationFile={dist}/conf/metastore-log4j2.properties",
+                "-Dmetastore.root.logger=console",
+                "-Dmetastore.log.level=WARN",
+            ]
         classpath = f"{conf}:{dist}/lib/*:{dist}/extra/*{extra}:{dist}/fallback/*"
         command = [java, *memory, *JAVA17_OPENS, *logs, "-cp", classpath]
         env["METASTORE_HOME"] = str(dist)

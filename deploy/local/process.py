@@ -97,7 +97,8 @@ def process_started_at(pid: int) -> float | None:
     if ticks is None or not Path("/proc/stat").exists():
         return None if ticks is None else float(ticks)  # without /proc, ``ps`` gave seconds already
     boot = next(
-        int(line.split()[1]) for line in Path("/proc/stat").read_text(encoding="ascii").splitlines()
+        int(line.split()[1])
+        for line in Path("/proc/stat").read_text(encoding="ascii").splitlines()
         if line.startswith("btime ")
     )
     return boot + ticks / os.sysconf("SC_CLK_TCK")
@@ -158,9 +159,7 @@ def run_to_completion(
                 f"{name} did not finish within {timeout_s:.0f} s. Log {log_file}:\n{log_tail(log_file)}"
             ) from error
     if completed.returncode != 0:
-        raise StackError(
-            f"{name} failed with exit code {completed.returncode}. Log {log_file}:\n{log_tail(log_file)}"
-        )
+        raise StackError(f"{name} failed with exit code {completed.returncode}. Log {log_file}:\n{log_tail(log_file)}")
 
 
 def start_service(
@@ -178,25 +177,20 @@ def start_service(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log_file.open("ab") as log:
-        process = subprocess.Popen(
-            list(command), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
-        )
+        process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     # Read now: until this process reaps its child, the pid cannot pass to another process.
     start_time = process_start_time(process.pid)
     deadline = started + timeout_s
     while time.monotonic() < deadline:
         code = process.poll()
         if code is not None:
-            raise StackError(
-                f"{name} exited with code {code} while starting. Log {log_file}:\n{log_tail(log_file)}"
-            )
+            raise StackError(f"{name} exited with code {code} while starting. Log {log_file}:\n{log_tail(log_file)}")
         if ready():
             return StartedProcess(name, process.pid, log_file, time.monotonic() - started, start_time)
         time.sleep(0.25)
     stop_process(process.pid, name, start_time=start_time)
     raise StackError(
-        f"{name} did not become ready within {timeout_s:.0f} s and was stopped. "
-        f"Log {log_file}:\n{log_tail(log_file)}"
+        f"{name} did not become ready within {timeout_s:.0f} s and was stopped. Log {log_file}:\n{log_tail(log_file)}"
     )
 
 

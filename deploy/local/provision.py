@@ -96,9 +96,11 @@ def provide_services(state_dir: Path, flavour: str | None = None) -> Services:
     elif use_docker:
         tasks["kafka"] = lambda: (*_kafka_container(), "container")
     else:
+
         def local_kafka() -> tuple[str, Callable[[], None], str]:
             process, bootstrap = start_kafka(state_dir)
             return bootstrap, lambda: _stop_quietly(process.pid, process.name), str(process.pid)
+
         tasks["kafka"] = local_kafka
 
     if METASTORE_ENV in os.environ:
@@ -107,9 +109,11 @@ def provide_services(state_dir: Path, flavour: str | None = None) -> Services:
     elif use_docker and flavour in ("hive3", "hive4"):
         tasks["metastore"] = lambda: (*_metastore_container(flavour), "container")
     else:
+
         def local_metastore() -> tuple[str, Callable[[], None], str]:
             process, uri = start_metastore(state_dir, flavour)
             return uri, lambda: _stop_quietly(process.pid, process.name), str(process.pid)
+
         tasks["metastore"] = local_metastore
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -136,4 +140,3 @@ def provide_services(state_dir: Path, flavour: str | None = None) -> Services:
 def _stop_quietly(pid: int, name: str) -> None:
     with contextlib.suppress(Exception):
         stop_process(pid, name)
-

@@ -181,8 +181,12 @@ def s3_operation(method: str, url: str, headers: Mapping[str, str]) -> str | Non
         return "ListBuckets" if method == "GET" else f"{method} /"
     if not key:
         if method == "GET":
-            for parameter, name in (("list-type", "ListObjectsV2"), ("location", "GetBucketLocation"),
-                                    ("uploads", "ListMultipartUploads"), ("versions", "ListObjectVersions")):
+            for parameter, name in (
+                ("list-type", "ListObjectsV2"),
+                ("location", "GetBucketLocation"),
+                ("uploads", "ListMultipartUploads"),
+                ("versions", "ListObjectVersions"),
+            ):
                 if parameter in query:
                     return name
             return "ListObjects"

@@ -130,7 +130,11 @@ class StackInfo:
 
 def _service(process: StartedProcess, address: str) -> ServiceInfo:
     return ServiceInfo(
-        process.name, process.pid, address, str(process.log_file), round(process.seconds_to_ready, 2),
+        process.name,
+        process.pid,
+        address,
+        str(process.log_file),
+        round(process.seconds_to_ready, 2),
         process.start_time,
     )
 
@@ -174,9 +178,7 @@ def _with_start_times(info: StackInfo, written_at: float) -> StackInfo:
 
     kafka, metastore = identified(info.kafka), identified(info.metastore)
     assert kafka is not None and metastore is not None
-    return dataclasses.replace(
-        info, kafka=kafka, metastore=metastore, storage_service=identified(info.storage_service)
-    )
+    return dataclasses.replace(info, kafka=kafka, metastore=metastore, storage_service=identified(info.storage_service))
 
 
 def replaced_note(service: ServiceInfo) -> str:

@@ -25,7 +25,7 @@ from acidclean.shared.errors import AcidCleanError
 DEFAULT_PARTITION_NAME = "__HIVE_DEFAULT_PARTITION__"  # Hive's name for a null or empty value
 
 # FileUtils.charToEscape: the control characters, then the list Hive spells out.
-_ESCAPED = frozenset(chr(code) for code in range(0x20)) | frozenset('"#%\'*/:=?\\\x7f{[]^')
+_ESCAPED = frozenset(chr(code) for code in range(0x20)) | frozenset("\"#%'*/:=?\\\x7f{[]^")
 
 
 class PartitionNameError(AcidCleanError, ValueError):

@@ -82,9 +82,7 @@ def insert_events(
     )
 
 
-def delete_events(
-    identities: pa.Table, write_id: int | None, row_type: pa.StructType | pa.Schema
-) -> pa.Table:
+def delete_events(identities: pa.Table, write_id: int | None, row_type: pa.StructType | pa.Schema) -> pa.Table:
     """Delete events for the rows whose identities (``originalTransaction``, ``bucket``, ``rowId``
     columns) are given, deleted by ``write_id``; with ``write_id=None`` each keeps the write id of its
     own ``currentTransaction`` column (a compaction rewriting deletes of several transactions). The

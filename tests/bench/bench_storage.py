@@ -76,10 +76,13 @@ def test_s3_cleanups_per_second_against_a_single_threaded_loop(
     database = f"{s3_stack.warehouse}/bench_{unique_name}.db"
     settings = _settings(s3_stack, kafka_bootstrap, unique_name, tmp_path, [database])
     metastore = s3_stack.metastore
-    ours = [create_uri_table(metastore, database, f"{unique_name}c{i}", db=f"bench_{unique_name}")
-            for i in range(TABLES + 1)]
-    theirs = [create_uri_table(metastore, database, f"{unique_name}r{i}", db=f"bench_{unique_name}")
-              for i in range(TABLES)]
+    ours = [
+        create_uri_table(metastore, database, f"{unique_name}c{i}", db=f"bench_{unique_name}")
+        for i in range(TABLES + 1)
+    ]
+    theirs = [
+        create_uri_table(metastore, database, f"{unique_name}r{i}", db=f"bench_{unique_name}") for i in range(TABLES)
+    ]
     for table in ours + theirs:
         table.commit_deltas(3)
     warm, ours = ours[0], ours[1:]
@@ -155,25 +158,36 @@ def _reference(location: StorageLocation) -> Callable[[], None]:
 
 @pytest.mark.parametrize("storage_name", ["hdfs", "s3"])
 def test_vacuum_throughput_on_hdfs_and_s3_against_single_process_pyarrow(
-    storage_name: str, request: pytest.FixtureRequest, kafka_bootstrap: str, spark: Any, unique_name: str,
+    storage_name: str,
+    request: pytest.FixtureRequest,
+    kafka_bootstrap: str,
+    spark: Any,
+    unique_name: str,
     tmp_path: Path,
 ) -> None:
     storage: StorageStack = request.getfixturevalue(f"{storage_name}_stack")
     db = f"bench_{storage_name}"
     storage.metastore.create_database(db, f"{storage.warehouse}/{db}.db")
-    create_table(storage.metastore, db, unique_name, [("id", "bigint"), ("v", "string"), ("amount", "double")],
-                 buckets=BUCKETS)
+    create_table(
+        storage.metastore, db, unique_name, [("id", "bigint"), ("v", "string"), ("amount", "double")], buckets=BUCKETS
+    )
     ingest(storage.metastore, IngestRequest(db, unique_name, ROWS // DELTAS, DELTAS))
     location = open_location(storage.metastore.get_table(db, unique_name).location)
-    input_bytes = sum(location.fs.tree_size(location.child(e.name)).bytes
-                      for e in location.fs.list_dir(location.path) if e.name.startswith("delta_"))
+    input_bytes = sum(
+        location.fs.tree_size(location.child(e.name)).bytes
+        for e in location.fs.list_dir(location.path)
+        if e.name.startswith("delta_")
+    )
     settings = _settings(storage, kafka_bootstrap, unique_name, tmp_path, [location.uri])
     publisher = Publisher(settings)
 
     def vacuum() -> None:
         result = run_vacuum(
             VacuumRequest(f"{db}.{unique_name}", None, CompactionType.MAJOR, allow_uncleaned=True),
-            settings=settings, metastore=storage.metastore, spark=lambda: spark, publisher=publisher,
+            settings=settings,
+            metastore=storage.metastore,
+            spark=lambda: spark,
+            publisher=publisher,
             outbox=outbox_for(settings),
         )
         assert result.status == "committed" and result.rows_written == ROWS

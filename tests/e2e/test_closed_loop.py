@@ -42,29 +42,48 @@ def test_commits_over_the_threshold_lead_to_one_vacuum_and_cleanup_then_the_next
     state = tmp_path / "state"
     state.mkdir()
     settings = make_settings(
-        metastore_uri, kafka_bootstrap, unique_name, state, tenant="acme",
-        allowed_roots={"acme": [database_dir]}, group_id=f"{unique_name}-cleaner", cleanup_interval_ms=300,
-        vacuum_service_group_id=f"{unique_name}-vacuums", vacuum_service_master="local[2]",
+        metastore_uri,
+        kafka_bootstrap,
+        unique_name,
+        state,
+        tenant="acme",
+        allowed_roots={"acme": [database_dir]},
+        group_id=f"{unique_name}-cleaner",
+        cleanup_interval_ms=300,
+        vacuum_service_group_id=f"{unique_name}-vacuums",
+        vacuum_service_master="local[2]",
     )
     env = {**LOOP_ENV, "ACIDCLEAN_INITIATOR_GROUP_ID": f"{unique_name}-initiator"}
     with subprocesses() as started:
         for command in ("initiator", "vacuum-service", "cleaner"):
             started.append(start_command(settings, tmp_path / f"{command}.log", command, extra_env=env))
 
-        first_ingest = start_command(settings, tmp_path / "ingest-12.log", "ingest", table, "--rows", "200",
-                                     "--commits", "12")
+        first_ingest = start_command(
+            settings, tmp_path / "ingest-12.log", "ingest", table, "--rows", "200", "--commits", "12"
+        )
         assert first_ingest.process.wait(180) == 0, first_ingest.log()
         [first] = wait_for(lambda: of_type(lifecycle(settings), VacuumRequested), 120, "the first VacuumRequested")
         assert first.figures.delta_count in (11, 12) and "> hive.compactor.delta.num.threshold 10" in first.reason
-        wait_for(lambda: of_type(lifecycle(settings), VacuumStarted, correlation_id=first.event_id), 240,
-                 "the first VacuumStarted", every_s=0.2)
+        wait_for(
+            lambda: of_type(lifecycle(settings), VacuumStarted, correlation_id=first.event_id),
+            240,
+            "the first VacuumStarted",
+            every_s=0.2,
+        )
 
-        more = start_command(settings, tmp_path / "ingest-30.log", "ingest", table, "--rows", "200", "--commits",
-                             "30", "--seed", "1")  # while the first vacuum runs
-        [vacuum] = wait_for(lambda: of_type(lifecycle(settings), VacuumCommitted, request_id=first.event_id), 240,
-                            "the first VacuumCommitted")
-        [done] = wait_for(lambda: of_type(lifecycle(settings), CleanupDone, correlation_id=vacuum.event_id), 120,
-                          "the first CleanupDone")
+        more = start_command(
+            settings, tmp_path / "ingest-30.log", "ingest", table, "--rows", "200", "--commits", "30", "--seed", "1"
+        )  # while the first vacuum runs
+        [vacuum] = wait_for(
+            lambda: of_type(lifecycle(settings), VacuumCommitted, request_id=first.event_id),
+            240,
+            "the first VacuumCommitted",
+        )
+        [done] = wait_for(
+            lambda: of_type(lifecycle(settings), CleanupDone, correlation_id=vacuum.event_id),
+            120,
+            "the first CleanupDone",
+        )
         assert more.process.wait(240) == 0, more.log()
         # The second vacuum may start while the 30 commits still arrive: those after its plan make a third.
         wait_for(lambda: settled(settings), 300, "every request answered and cleaned", every_s=1)
@@ -103,6 +122,7 @@ def only(items: list[Any]) -> Any:
 
 def settled(settings: Settings) -> bool:
     """Every request has its vacuum cleaned, and nothing new came for a few seconds."""
+
     def answered(events: list[Any]) -> bool:
         vacuums = {v.event_id for v in of_type(events, VacuumCommitted)}
         cleaned = {d.correlation_id for d in of_type(events, CleanupDone)}

@@ -33,7 +33,10 @@ def own_kafka(tmp_path: Path) -> Iterator[tuple[StartedProcess, str]]:
 
 
 def test_a_cleaner_whose_broker_is_gone_stops_on_sigterm_without_flooding_its_log(
-    own_kafka: tuple[StartedProcess, str], metastore: HiveMetastore, metastore_uri: str, tmp_path: Path,
+    own_kafka: tuple[StartedProcess, str],
+    metastore: HiveMetastore,
+    metastore_uri: str,
+    tmp_path: Path,
     unique_name: str,
 ) -> None:
     kafka, bootstrap = own_kafka

@@ -36,7 +36,10 @@ def stranger() -> Iterator[subprocess.Popen[bytes]]:
 def write_stack(state_dir: Path, pid: int, start_time: int | None, *, written_at: float | None = None) -> None:
     """A stack.json whose Kafka is ``pid`` (started at ``start_time``) and whose metastore is long gone."""
     kafka: dict[str, object] = {
-        "name": "Kafka", "pid": pid, "address": f"127.0.0.1:{free_port()}", "log_file": "kafka.log",
+        "name": "Kafka",
+        "pid": pid,
+        "address": f"127.0.0.1:{free_port()}",
+        "log_file": "kafka.log",
         "seconds_to_ready": 1.0,
     }
     if start_time is not None:
@@ -48,8 +51,11 @@ def write_stack(state_dir: Path, pid: int, start_time: int | None, *, written_at
         "state_dir": str(state_dir),
         "kafka": kafka,
         "metastore": {
-            "name": "Hive Metastore (hive2)", "pid": gone.pid, "address": f"thrift://127.0.0.1:{free_port()}",
-            "log_file": "metastore.log", "seconds_to_ready": 1.0,
+            "name": "Hive Metastore (hive2)",
+            "pid": gone.pid,
+            "address": f"thrift://127.0.0.1:{free_port()}",
+            "log_file": "metastore.log",
+            "seconds_to_ready": 1.0,
         },
         "metastore_flavour": "hive2",
         "warehouse": str(state_dir / "warehouse"),

@@ -134,7 +134,8 @@ def _files(location: StorageLocation, path: str) -> list[pa.fs.FileInfo]:
     import pyarrow.fs as pafs
 
     return [
-        info for info in location.fs.arrow.get_file_info(pafs.FileSelector(path, recursive=True))
+        info
+        for info in location.fs.arrow.get_file_info(pafs.FileSelector(path, recursive=True))
         if info.type == pafs.FileType.File
     ]
 

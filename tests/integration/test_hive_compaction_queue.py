@@ -79,8 +79,10 @@ def test_a_vacuum_of_a_partition_hive_is_compacting_refuses_naming_hives_compact
     assert f"Hive's compactor has a MAJOR compaction of {where} in state initiated (id {queued.compaction_id}" in (
         refused.output
     )
-    assert "acidclean does not compact a partition Hive is compacting; retry when it is done or turn Hive's " \
+    assert (
+        "acidclean does not compact a partition Hive is compacting; retry when it is done or turn Hive's "
         "Initiator off (see README)" in refused.output
+    )
     assert directories(metastore, unique_name, QUEUED) == before
 
 

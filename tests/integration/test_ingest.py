@@ -86,8 +86,16 @@ def test_the_cli_creates_a_table_ingests_into_a_partition_and_publishes_delta_co
     runner = CliRunner()
     created = runner.invoke(
         cli,
-        ["create-table", f"{DB}.{unique_name}", "--columns", "id bigint, v string", "--buckets", "3",
-         "--partitioned-by", "ds"],
+        [
+            "create-table",
+            f"{DB}.{unique_name}",
+            "--columns",
+            "id bigint, v string",
+            "--buckets",
+            "3",
+            "--partitioned-by",
+            "ds",
+        ],
         env=env,
     )
     assert created.exit_code == 0, created.output
@@ -96,7 +104,8 @@ def test_the_cli_creates_a_table_ingests_into_a_partition_and_publishes_delta_co
     assert info.transactional and info.bucket_count == 3 and info.partition_keys == ("ds",)
 
     ingested = runner.invoke(
-        cli, ["ingest", f"{DB}.{unique_name}", "--rows", "20", "--commits", "2", "--partition", "ds=2026-01-01"],
+        cli,
+        ["ingest", f"{DB}.{unique_name}", "--rows", "20", "--commits", "2", "--partition", "ds=2026-01-01"],
         env=env,
     )
     assert ingested.exit_code == 0, ingested.output

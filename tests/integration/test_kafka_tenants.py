@@ -65,13 +65,27 @@ def tenant_acls(user: str, prefix: str) -> list[AclBinding]:
     principal = f"User:{user}"
     topic_ops = (AclOperation.CREATE, AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)
     bindings = [
-        AclBinding(ResourceType.TOPIC, f"{prefix}.", ResourcePatternType.PREFIXED, principal, "*", operation,
-                   AclPermissionType.ALLOW)
+        AclBinding(
+            ResourceType.TOPIC,
+            f"{prefix}.",
+            ResourcePatternType.PREFIXED,
+            principal,
+            "*",
+            operation,
+            AclPermissionType.ALLOW,
+        )
         for operation in topic_ops
     ]
     bindings.append(
-        AclBinding(ResourceType.GROUP, f"{prefix}-", ResourcePatternType.PREFIXED, principal, "*", AclOperation.READ,
-                   AclPermissionType.ALLOW)
+        AclBinding(
+            ResourceType.GROUP,
+            f"{prefix}-",
+            ResourcePatternType.PREFIXED,
+            principal,
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        )
     )
     return bindings
 
@@ -131,7 +145,10 @@ def run_cleaner_cli(settings: Settings, *args: str) -> subprocess.CompletedProce
     env["ACIDCLEAN_STATE_DIR"] = tempfile.mkdtemp(prefix="no-stack-")
     return subprocess.run(
         [sys.executable, "-c", "from acidclean.cli import main; main()", "cleaner", *args],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

@@ -117,8 +117,9 @@ def test_a_lock_on_another_partition_stays_out_of_the_snapshot_and_a_table_lock_
     try:
         other_lock = metastore.lock([LockRequestComponent(DB, unique_name, other)], txn_id=txn).lock_id
         table_lock = metastore.lock([LockRequestComponent(DB, unique_name)], txn_id=txn).lock_id
-        snapshot = lock_snapshot(metastore, DB, unique_name, lookup_table(metastore, f"{DB}.{unique_name}",
-                                                                             "city=St. John's#2").partition)
+        snapshot = lock_snapshot(
+            metastore, DB, unique_name, lookup_table(metastore, f"{DB}.{unique_name}", "city=St. John's#2").partition
+        )
         assert [entry.lock_id for entry in snapshot] == [table_lock]
         assert other_lock != table_lock and mine != other
     finally:

@@ -36,7 +36,10 @@ def test_the_reader_holds_a_shared_read_lock_in_its_transaction_until_it_ends(
     with locked_read(metastore, DB, unique_name, with_row_id=True) as read:
         (lock,) = metastore.show_locks(DB, unique_name)
         assert (lock.lock_id, lock.txn_id, lock.lock_type, lock.state) == (
-            read.lock_id, read.txn_id, "SHARED_READ", "ACQUIRED"
+            read.lock_id,
+            read.txn_id,
+            "SHARED_READ",
+            "ACQUIRED",
         )
         assert read.rows.num_rows == 50 and read.rows.column_names[:3] == ["originalTransaction", "bucket", "rowId"]
         assert read.rows.column_names[4:] == ["id", "v"]  # named as the metastore names the columns

@@ -50,8 +50,13 @@ def s3(s3_stack: StorageStack) -> Iterator[S3Server]:
     assert s3_stack.s3_endpoint is not None and s3_stack.request_log is not None
     environment = pytest.MonkeyPatch()
     try:
-        for name in ("ACIDCLEAN_S3_DELETE_PAGE_SIZE", "ACIDCLEAN_S3_DELETE_ATTEMPTS", "AWS_PROFILE",
-                     "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        for name in (
+            "ACIDCLEAN_S3_DELETE_PAGE_SIZE",
+            "ACIDCLEAN_S3_DELETE_ATTEMPTS",
+            "AWS_PROFILE",
+            "AWS_SESSION_TOKEN",
+            "AWS_ENDPOINT_URL",
+        ):
             environment.delenv(name, raising=False)
         environment.setenv("NO_PROXY", "127.0.0.1")
         yield S3Server(s3_stack.s3_endpoint, s3_stack.request_log)
@@ -67,8 +72,11 @@ def table(s3: S3Server, request: pytest.FixtureRequest) -> StorageLocation:
 
 def boto3_client(endpoint: S3Endpoint) -> Any:
     return boto3.client(
-        "s3", endpoint_url=endpoint.endpoint_url, region_name=endpoint.region,
-        aws_access_key_id=endpoint.access_key, aws_secret_access_key=endpoint.secret_key,
+        "s3",
+        endpoint_url=endpoint.endpoint_url,
+        region_name=endpoint.region,
+        aws_access_key_id=endpoint.access_key,
+        aws_secret_access_key=endpoint.secret_key,
     )
 
 
@@ -313,7 +321,7 @@ class FaultyProxy:
         self.answer(request, status, payload, headers)
 
     def fail_first_half(self, path: str, keys: list[str]) -> bytes:
-        failed, deleted = keys[: len(keys) // 2], keys[len(keys) // 2:]
+        failed, deleted = keys[: len(keys) // 2], keys[len(keys) // 2 :]
         bucket = urlsplit(path).path.strip("/")
         for key in deleted:
             self.direct.delete_object(Bucket=bucket, Key=key)
@@ -337,8 +345,9 @@ class FaultyProxy:
         finally:
             connection.close()
 
-    def answer(self, request: BaseHTTPRequestHandler, status: int, payload: bytes,
-               headers: dict[str, str] | None = None) -> None:
+    def answer(
+        self, request: BaseHTTPRequestHandler, status: int, payload: bytes, headers: dict[str, str] | None = None
+    ) -> None:
         request.send_response(status)
         for name, value in (headers or {"Content-Type": "application/xml"}).items():
             if name.lower() not in ("content-length", "transfer-encoding", "connection", "server", "date"):

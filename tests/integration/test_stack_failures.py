@@ -40,18 +40,14 @@ def test_stack_up_on_a_taken_port_starts_nothing_and_leaves_no_state(tmp_path: P
     assert read_state(tmp_path / "stack") is None
 
 
-def test_missing_jar_cache_without_maven_says_to_install_maven(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_jar_cache_without_maven_says_to_install_maven(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACIDCLEAN_CACHE_DIR", str(tmp_path / "empty-cache"))
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(StackError, match=r"`mvn` was not found on the PATH: install Apache Maven"):
         jars.kafka_libs(tmp_path / "logs")
 
 
-def test_refused_download_says_maven_central_is_unreachable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_refused_download_says_maven_central_is_unreachable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACIDCLEAN_CACHE_DIR", str(tmp_path / "empty-cache"))
     settings = tmp_path / "settings.xml"
     settings.write_text(

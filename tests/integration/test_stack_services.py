@@ -18,15 +18,22 @@ def test_kafka_round_trip_keeps_key_headers_and_value(kafka_bootstrap: str) -> N
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True, "acks": "all"})
     delivered: list[Any] = []
     producer.produce(
-        topic, key=b"tenant/db.t", value=b'{"x": 1}', headers=[("ce_id", b"42")],
+        topic,
+        key=b"tenant/db.t",
+        value=b'{"x": 1}',
+        headers=[("ce_id", b"42")],
         on_delivery=lambda err, msg: delivered.append(err),
     )
     producer.flush(30)
     assert delivered == [None]
-    consumer = Consumer({
-        "bootstrap.servers": kafka_bootstrap, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"g-{topic}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topic])
     try:
         message = None
@@ -49,5 +56,7 @@ def test_spark_writes_orc_that_pyarrow_reads_back(spark: Any, tmp_path: Path) ->
     assert len(files) == 1
     table = orc.read_table(str(files[0]))
     assert sorted(zip(table.column("id").to_pylist(), table.column("v").to_pylist(), strict=True)) == [
-        (1, "a"), (2, "b"), (3, "c"),
+        (1, "a"),
+        (2, "b"),
+        (3, "c"),
     ]

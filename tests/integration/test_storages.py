@@ -262,8 +262,9 @@ def test_a_reader_listing_at_any_moment_during_a_vacuum_reads_the_same_rows(
         deadline = time.monotonic() + 120
         while len(reads) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        result = vacuum(table, table_settings(storage, table, kafka_bootstrap, tmp_path), spark,
-                        full=storage.name != "s3")
+        result = vacuum(
+            table, table_settings(storage, table, kafka_bootstrap, tmp_path), spark, full=storage.name != "s3"
+        )
         committed_at = len(reads)
         deadline = time.monotonic() + 60
         while len(reads) < committed_at + 2 and time.monotonic() < deadline:  # reads after the commit too
@@ -393,8 +394,11 @@ def test_a_cleaner_killed_mid_delete_then_restarted_finishes_and_deletes_nothing
     result = vacuum(table, settings, spark)
     assert result.publish is not None
     event: VacuumCommitted = result.publish.event
-    env = {**storage.environment, "ACIDCLEAN_KAFKA_GROUP_INSTANCE_ID": "cleaner-1",
-           "ACIDCLEAN_KAFKA_SESSION_TIMEOUT_MS": "10000"}
+    env = {
+        **storage.environment,
+        "ACIDCLEAN_KAFKA_GROUP_INSTANCE_ID": "cleaner-1",
+        "ACIDCLEAN_KAFKA_SESSION_TIMEOUT_MS": "10000",
+    }
     crashing = start_cleaner_process(settings, tmp_path / "crash.log", crash_at="mid-delete", extra_env=env)
     restarted = None
     try:

@@ -77,7 +77,8 @@ def test_a_request_is_started_committed_with_its_id_and_then_cleaned(
     with running_cleaner(table_settings):
         done = wait_for(
             lambda: of_type(topic_events(table_settings, "cleanup_done"), CleanupDone, correlation_id=vacuum.event_id),
-            60, "CleanupDone",
+            60,
+            "CleanupDone",
         )
     assert sorted(d.name for d in done[0].directories_removed) == sorted(singles)
     assert directories(metastore, unique_name) == vacuum.new_directories
@@ -104,7 +105,11 @@ def test_requests_that_cannot_be_vacuumed_end_with_vacuum_failed_and_their_reaso
 
 
 def test_a_request_delivered_to_two_services_at_once_runs_one_vacuum(
-    metastore: HiveMetastore, table_settings: Settings, spark: Any, unique_name: str, table_location: Path,
+    metastore: HiveMetastore,
+    table_settings: Settings,
+    spark: Any,
+    unique_name: str,
+    table_location: Path,
     tmp_path: Path,
 ) -> None:
     new = new_table(metastore, unique_name + "b", buckets=4)
@@ -118,8 +123,11 @@ def test_a_request_delivered_to_two_services_at_once_runs_one_vacuum(
 
     def watch_exclusion() -> None:  # the vacuum lock of the key: never two holders at once
         while not held.is_set():
-            locks = [lock for lock in metastore.show_locks(DB) if (lock.table or "").lower() == resource
-                     and lock.state == "ACQUIRED"]
+            locks = [
+                lock
+                for lock in metastore.show_locks(DB)
+                if (lock.table or "").lower() == resource and lock.state == "ACQUIRED"
+            ]
             seen_locks.append(len(locks))
             held.wait(0.1)
 
@@ -132,10 +140,21 @@ def test_a_request_delivered_to_two_services_at_once_runs_one_vacuum(
         ):
             publish_requests(table_settings, request)
             wait_for(lambda: committed_for(table_settings, request.event_id), 180, "VacuumCommitted")
-            wait_for(lambda: sum(s.metrics.requests.labels(o)._value.get() for s in (first, second)
-                                 for o in ("committed", "answered")) == 2, 120, "both services answered")
-            outcomes = sorted(s.metrics.requests.labels(o)._value.get() for s in (first, second)
-                              for o in ("committed", "answered"))
+            wait_for(
+                lambda: (
+                    sum(
+                        s.metrics.requests.labels(o)._value.get()
+                        for s in (first, second)
+                        for o in ("committed", "answered")
+                    )
+                    == 2
+                ),
+                120,
+                "both services answered",
+            )
+            outcomes = sorted(
+                s.metrics.requests.labels(o)._value.get() for s in (first, second) for o in ("committed", "answered")
+            )
     finally:
         held.set()
         watcher.join(5)
@@ -154,9 +173,15 @@ def test_a_service_killed_mid_vacuum_loses_no_request_and_the_next_one_vacuums_o
     singles = directories(metastore, unique_name)
     location = metastore.get_table(DB, unique_name).location
     settings = make_settings(
-        metastore_uri, kafka_bootstrap, unique_name, tmp_path / "state", tenant="acme",
-        vacuum_service_group_id=f"{unique_name}-vacuums", vacuum_service_master="local[2]",
-        vacuum_lock_wait_s=1, vacuum_lock_stale_s=6,
+        metastore_uri,
+        kafka_bootstrap,
+        unique_name,
+        tmp_path / "state",
+        tenant="acme",
+        vacuum_service_group_id=f"{unique_name}-vacuums",
+        vacuum_service_master="local[2]",
+        vacuum_lock_wait_s=1,
+        vacuum_lock_stale_s=6,
     )
     (tmp_path / "state").mkdir()
     request = request_for(settings, name, location)
@@ -164,8 +189,12 @@ def test_a_service_killed_mid_vacuum_loses_no_request_and_the_next_one_vacuums_o
     with subprocesses() as started:
         first = start_command(settings, tmp_path / "first.log", "vacuum-service", "--service-id", "first")
         started.append(first)
-        wait_for(lambda: of_type(answers(settings, request.event_id), VacuumStarted), 180,
-                 "VacuumStarted from the first service", every_s=0.2)
+        wait_for(
+            lambda: of_type(answers(settings, request.event_id), VacuumStarted),
+            180,
+            "VacuumStarted from the first service",
+            every_s=0.2,
+        )
         assert first.kill() == -signal.SIGKILL, first.log()
         before = committed_for(settings, request.event_id)  # the kill may land before or after the commit
 
@@ -190,12 +219,27 @@ def test_the_spark_submit_template_answers_one_request_once(
     script = Path(__file__).resolve().parents[2] / "deploy" / "production" / "vacuum-request-spark-submit.sh"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACIDCLEAN_")}
     env.update(settings_environment(table_settings))
-    env.update(SPARK_MASTER="local[1]", PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1",
-               PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
-    runs = [subprocess.run([str(script), str(request_file)], env=env, cwd=tmp_path, capture_output=True, text=True,
-                           timeout=300, check=False) for _ in range(2)]  # submitted twice: vacuumed once
-    logs = "\n".join(run.stdout + "".join(line for line in run.stderr.splitlines(True) if '"level"' in line)
-                     for run in runs)
+    env.update(
+        SPARK_MASTER="local[1]",
+        PYSPARK_PYTHON=sys.executable,
+        SPARK_LOCAL_IP="127.0.0.1",
+        PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+    )
+    runs = [
+        subprocess.run(
+            [str(script), str(request_file)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        for _ in range(2)
+    ]  # submitted twice: vacuumed once
+    logs = "\n".join(
+        run.stdout + "".join(line for line in run.stderr.splitlines(True) if '"level"' in line) for run in runs
+    )
     assert [run.returncode for run in runs] == [0, 0], logs
     assert "committed: VacuumCommitted" in runs[0].stdout, runs[0].stdout
     assert "answered: already committed" in runs[1].stdout, runs[1].stdout

@@ -48,20 +48,24 @@ def test_no_settings_mean_the_hadoop_configuration_files_decide() -> None:
 def test_a_principal_implies_kerberos(tmp_path: Path) -> None:
     keytab = tmp_path / "cleaner.keytab"
     keytab.write_bytes(b"\x05\x02")
-    options = hdfs_options({
-        "ACIDCLEAN_HDFS_KERBEROS_PRINCIPAL": "cleaner/host@EXAMPLE.COM",
-        "ACIDCLEAN_HDFS_KERBEROS_KEYTAB": str(keytab),
-    })
+    options = hdfs_options(
+        {
+            "ACIDCLEAN_HDFS_KERBEROS_PRINCIPAL": "cleaner/host@EXAMPLE.COM",
+            "ACIDCLEAN_HDFS_KERBEROS_KEYTAB": str(keytab),
+        }
+    )
     assert options.kerberos
     assert options.config_dict == {"hadoop.security.authentication": "kerberos"}
     assert (options.kerberos_principal, options.kerberos_keytab) == ("cleaner/host@EXAMPLE.COM", str(keytab))
 
 
 def test_an_explicit_authentication_wins_over_the_config_pairs() -> None:
-    options = hdfs_options({
-        "ACIDCLEAN_HDFS_CONFIG": "hadoop.security.authentication=kerberos",
-        "ACIDCLEAN_HDFS_AUTHENTICATION": "Simple",
-    })
+    options = hdfs_options(
+        {
+            "ACIDCLEAN_HDFS_CONFIG": "hadoop.security.authentication=kerberos",
+            "ACIDCLEAN_HDFS_AUTHENTICATION": "Simple",
+        }
+    )
     assert options.config_dict == {"hadoop.security.authentication": "simple"}
 
 
@@ -77,10 +81,12 @@ def test_a_keytab_without_a_principal_is_refused(tmp_path: Path) -> None:
 
 def test_a_missing_keytab_is_refused_before_any_login(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="not a readable file"):
-        hdfs_options({
-            "ACIDCLEAN_HDFS_KERBEROS_PRINCIPAL": "cleaner@EXAMPLE.COM",
-            "ACIDCLEAN_HDFS_KERBEROS_KEYTAB": str(tmp_path / "missing.keytab"),
-        })
+        hdfs_options(
+            {
+                "ACIDCLEAN_HDFS_KERBEROS_PRINCIPAL": "cleaner@EXAMPLE.COM",
+                "ACIDCLEAN_HDFS_KERBEROS_KEYTAB": str(tmp_path / "missing.keytab"),
+            }
+        )
 
 
 def test_equal_settings_are_equal_options_so_they_share_a_client() -> None:

@@ -117,8 +117,13 @@ KAFKA = {"bootstrap.servers": "b1:9093", "security.protocol": "SASL_SSL", "sasl.
 
 
 def test_a_refused_read_names_the_principal_the_topic_and_the_acl() -> None:
-    error = refused(KAFKA, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), topic="b.acid.cleanup.delay",
-                    doing="read", operations="Read")
+    error = refused(
+        KAFKA,
+        KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        topic="b.acid.cleanup.delay",
+        doing="read",
+        operations="Read",
+    )
     assert isinstance(error, KafkaAccessDeniedError)
     assert str(error) == (
         "the principal User:tenant-a may not read topic b.acid.cleanup.delay: grant Read on it (kafka-acls "
@@ -136,8 +141,9 @@ def test_a_refused_group_names_the_group_and_the_acl() -> None:
 
 
 def test_a_refused_create_says_grant_create_or_no_create_topics() -> None:
-    error = refused(KAFKA, KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED), topic="a.acid.vacuum.committed",
-                    doing="create")
+    error = refused(
+        KAFKA, KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED), topic="a.acid.vacuum.committed", doing="create"
+    )
     assert str(error) == (
         "the principal User:tenant-a may not create topic a.acid.vacuum.committed: grant Create on it (kafka-acls "
         "--bootstrap-server b1:9093 --add --allow-principal User:tenant-a --operation Create --topic "

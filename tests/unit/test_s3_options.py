@@ -64,15 +64,21 @@ def test_a_path_style_value_that_is_no_boolean_is_refused() -> None:
 
 
 def test_our_keys_win_and_the_aws_session_token_does_not_go_with_them() -> None:
-    environ = {"AWS_ACCESS_KEY_ID": "aws", "AWS_SECRET_ACCESS_KEY": "aws-secret", "AWS_SESSION_TOKEN": "token",
-               "ACIDCLEAN_S3_ACCESS_KEY": "ours", "ACIDCLEAN_S3_SECRET_KEY": "our-secret"}
+    environ = {
+        "AWS_ACCESS_KEY_ID": "aws",
+        "AWS_SECRET_ACCESS_KEY": "aws-secret",
+        "AWS_SESSION_TOKEN": "token",
+        "ACIDCLEAN_S3_ACCESS_KEY": "ours",
+        "ACIDCLEAN_S3_SECRET_KEY": "our-secret",
+    }
     options = s3_options(environ)
     assert (options.access_key, options.secret_key, options.session_token) == ("ours", "our-secret", None)
 
 
 def test_aws_keys_carry_their_session_token_and_make_the_profile_irrelevant() -> None:
-    options = s3_options({"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t",
-                          "AWS_PROFILE": "dev"})
+    options = s3_options(
+        {"AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "s", "AWS_SESSION_TOKEN": "t", "AWS_PROFILE": "dev"}
+    )
     assert (options.access_key, options.secret_key, options.session_token, options.profile) == ("a", "s", "t", None)
 
 
@@ -82,8 +88,11 @@ def test_without_keys_the_profile_is_used() -> None:
 
 @pytest.mark.parametrize(
     "environ",
-    [{"ACIDCLEAN_S3_ACCESS_KEY": "only-the-key"}, {"ACIDCLEAN_S3_SECRET_KEY": "only-the-secret"},
-     {"AWS_ACCESS_KEY_ID": "only-the-key"}],
+    [
+        {"ACIDCLEAN_S3_ACCESS_KEY": "only-the-key"},
+        {"ACIDCLEAN_S3_SECRET_KEY": "only-the-secret"},
+        {"AWS_ACCESS_KEY_ID": "only-the-key"},
+    ],
 )
 def test_half_a_key_pair_is_refused(environ: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match="both"):

@@ -51,7 +51,9 @@ def test_seed_and_openlookeng_key_names_are_accepted(tmp_path: Path) -> None:
     assert settings.cleanup_threads == 4
     assert settings.metastore_uris == "thrift://hms:9083"
     assert settings.kafka == {
-        "bootstrap.servers": "broker:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"
+        "bootstrap.servers": "broker:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
     }
 
 
@@ -117,9 +119,7 @@ def test_every_named_flag_is_an_option_of_the_cleaner_command() -> None:
 
 def test_a_bad_default_names_the_defaults_source() -> None:
     with pytest.raises(ConfigurationError) as error:
-        load_settings(
-            environ={}, defaults={"max_wait_s": "forever"}, defaults_source="the local stack in /srv/.stack"
-        )
+        load_settings(environ={}, defaults={"max_wait_s": "forever"}, defaults_source="the local stack in /srv/.stack")
     assert str(error.value) == (
         "max_wait_s=forever from the local stack in /srv/.stack: not a duration "
         "(use a number of seconds or a value with a unit: 500ms, 2s, 5m, 1h, 1d)"

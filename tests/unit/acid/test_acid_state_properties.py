@@ -373,8 +373,12 @@ def test_an_older_snapshot_reads_the_write_it_saw_open_from_a_hive4_base_of_that
     Following Hive 4 the old snapshot reads base_2, so it sees write 2's delete of write 1's rows;
     strict snapshot isolation would show them (the known divergence, kept to read as Hive 4 does)."""
     history = [
-        ("write", COMMITTED, 1, None), ("write", OPEN, 1, 0), ("finish_compaction", COMMITTED),
-        ("snapshot",), ("resolve", 0, COMMITTED), ("major", "none"),
+        ("write", COMMITTED, 1, None),
+        ("write", OPEN, 1, 0),
+        ("finish_compaction", COMMITTED),
+        ("snapshot",),
+        ("resolve", 0, COMMITTED),
+        ("major", "none"),
     ]
     model = list(along(history))[-1]
     [snapshot] = model.snapshots

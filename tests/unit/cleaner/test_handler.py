@@ -95,8 +95,14 @@ def test_a_marker_written_after_the_events_time_moves_the_commit_later(rig: Rig)
     # A forged event dated early cannot hide a reader: the marker the vacuum wrote gives the time.
     rig.metastore.take_lock(97, "sales.orders", "ds=2025-03-14", acquired_at=T0 + timedelta(minutes=5))
     event = vacuum(lock_snapshot=[], locks_observed=0)
-    marker = VacuumMarker(str(event.event_id), "job-1", event.table, event.partition, 3,
-                          written_at=(T0 + timedelta(minutes=5)).isoformat())
+    marker = VacuumMarker(
+        str(event.event_id),
+        "job-1",
+        event.table,
+        event.partition,
+        3,
+        written_at=(T0 + timedelta(minutes=5)).isoformat(),
+    )
     rig.fs.write_file(f"{LOCATION}/{NEW}/{VACUUM_MARKER}", marker.to_bytes())
     rig.mark_vacuum_output = False
     assert rig.handle(event).kind == "delayed"

@@ -215,7 +215,10 @@ def test_a_transaction_commit_waits_for_older_transactions_even_with_the_rule_tu
     reader = rig.metastore.take_lock(31, "sales.orders", acquired_at=T0 + timedelta(seconds=30))
     rig.metastore.locks = [dataclasses.replace(reader, txn_id=48)]  # it locked after the snapshot
     event = vacuum(
-        new_directories=[committed_through_59], obsolete_directories=[D4, D5], highest_write_id=5, lock_snapshot=[],
+        new_directories=[committed_through_59],
+        obsolete_directories=[D4, D5],
+        highest_write_id=5,
+        lock_snapshot=[],
         next_txn_id=60,
     )
     outcome = rig.handle(event)

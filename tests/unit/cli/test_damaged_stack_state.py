@@ -17,7 +17,10 @@ INTACT = {
     "state_dir": "/tmp/somewhere",
     "kafka": {"name": "Kafka", "pid": 4242, "address": "127.0.0.1:1", "log_file": "k.log", "seconds_to_ready": 1.0},
     "metastore": {
-        "name": "Hive Metastore (hive2)", "pid": 4243, "address": "thrift://127.0.0.1:2", "log_file": "m.log",
+        "name": "Hive Metastore (hive2)",
+        "pid": 4243,
+        "address": "thrift://127.0.0.1:2",
+        "log_file": "m.log",
         "seconds_to_ready": 1.0,
     },
     "metastore_flavour": "hive2",
@@ -54,8 +57,9 @@ def test_a_damaged_stack_json_is_one_line_naming_the_file_and_the_way_out(damage
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.output
     assert lines[0].startswith(f"error: {damaged / 'stack.json'} is damaged (")
-    assert lines[0].endswith(f"remove it, or run `acidclean stack down --forget --state-dir {damaged}` to stop nothing "
-                             "and forget it")
+    assert lines[0].endswith(
+        f"remove it, or run `acidclean stack down --forget --state-dir {damaged}` to stop nothing and forget it"
+    )
 
 
 def test_stack_down_forget_stops_nothing_and_forgets_the_damaged_stack(damaged: Path) -> None:

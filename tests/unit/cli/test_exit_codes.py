@@ -72,8 +72,13 @@ def test_bad_settings_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_metastore_that_does_not_answer_exits_4() -> None:
-    result = run("create-table", "sales.orders", "--columns", "id int",
-                 env={"ACIDCLEAN_METASTORE_URIS": f"thrift://127.0.0.1:{free_port()}"})
+    result = run(
+        "create-table",
+        "sales.orders",
+        "--columns",
+        "id int",
+        env={"ACIDCLEAN_METASTORE_URIS": f"thrift://127.0.0.1:{free_port()}"},
+    )
     assert result.exit_code == EXIT_UNAVAILABLE
     assert "error: cannot reach the Hive Metastore" in result.output
     assert "Traceback" not in result.output
@@ -116,7 +121,12 @@ def test_an_event_kafka_does_not_take_exits_3_and_stays_in_the_outbox(tmp_path: 
     }
     outbox.save_event(draft, complete_event(draft, NoLocks()))  # type: ignore[arg-type]
     result = run(
-        "outbox", "flush", "--outbox", str(outbox.directory), "--publish-timeout", "1",
+        "outbox",
+        "flush",
+        "--outbox",
+        str(outbox.directory),
+        "--publish-timeout",
+        "1",
         env={"ACIDCLEAN_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}"},
     )
     assert result.exit_code == EXIT_NOT_PUBLISHED, result.output
@@ -143,7 +153,11 @@ def test_an_unreachable_metastore_is_one_line_on_stderr_of_the_real_command() ->
     env = {**os.environ, "ACIDCLEAN_METASTORE_URIS": f"thrift://127.0.0.1:{free_port()}"}
     done = subprocess.run(
         [sys.executable, "-m", "acidclean", "read", "sales.orders"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == EXIT_UNAVAILABLE, done.stderr
     assert done.stderr.splitlines() == [line for line in done.stderr.splitlines() if line.startswith("error: ")]

@@ -66,7 +66,11 @@ def test_a_plan_committed_through_t_names_its_output_v_t_and_claims_what_it_will
     deltas = ("delta_0000001_0000001_0000", "delta_0000002_0000002_0000", "delete_delta_0000002_0000002_0000")
     ids = "sales.orders:2:9223372036854775807::"
     plan = plan_compaction(
-        _listing(*deltas), ids, MetastoreKind.HIVE3, CompactionType.MINOR, table="sales.orders",
+        _listing(*deltas),
+        ids,
+        MetastoreKind.HIVE3,
+        CompactionType.MINOR,
+        table="sales.orders",
         valid_txns_text="20:9223372036854775807::",
     )
     assert plan.targets == ("delete_delta_0000001_0000002", "delta_0000001_0000002")
@@ -74,10 +78,14 @@ def test_a_plan_committed_through_t_names_its_output_v_t_and_claims_what_it_will
     assert txn_plan.targets == ("delete_delta_0000001_0000002_v0000021", "delta_0000001_0000002_v0000021")
     assert txn_plan.obsolete_after == plan.obsolete_after == tuple(sorted(deltas))
     # While T is open a reader skips the output and still reads the single deltas ...
-    open_view = acid_state(_listing(*deltas, *txn_plan.targets), ValidWriteIdList.from_string(ids),
-                           ValidTxnList.from_string("21:21:21:"))
+    open_view = acid_state(
+        _listing(*deltas, *txn_plan.targets), ValidWriteIdList.from_string(ids), ValidTxnList.from_string("21:21:21:")
+    )
     assert set(open_view.current_directories) == set(deltas)
     # ... and once T committed it reads only the vacuum's output.
-    committed_view = acid_state(_listing(*deltas, *txn_plan.targets), ValidWriteIdList.from_string(ids),
-                                ValidTxnList.from_string("21:9223372036854775807::"))
+    committed_view = acid_state(
+        _listing(*deltas, *txn_plan.targets),
+        ValidWriteIdList.from_string(ids),
+        ValidTxnList.from_string("21:9223372036854775807::"),
+    )
     assert set(committed_view.current_directories) == set(txn_plan.targets)

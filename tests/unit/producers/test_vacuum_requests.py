@@ -42,11 +42,16 @@ TOPIC = "acid.vacuum.requests"
 def request() -> VacuumRequested:
     now = utc_now()
     return VacuumRequested(
-        tenant="default", table="db.t", occurred_at=now, location="file:/w/db.db/t", compaction_type="MINOR",
+        tenant="default",
+        table="db.t",
+        occurred_at=now,
+        location="file:/w/db.db/t",
+        compaction_type="MINOR",
         reason="12 deltas > hive.compactor.delta.num.threshold 10",
         figures=VacuumFigures(delta_count=12, delete_delta_count=0, delta_bytes=1, base_bytes=0, aborted_txns=0),
         thresholds=VacuumThresholds(delta_num=10, delta_pct=0.1, aborted_txns=1000),
-        requested_by=RequestedBy(initiator_id="i", trigger="event"), requested_at=now,
+        requested_by=RequestedBy(initiator_id="i", trigger="event"),
+        requested_at=now,
     )
 
 
