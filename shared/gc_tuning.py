@@ -1,4 +1,5 @@
-"""Python's cyclic garbage collector set for a service that allocates many short-lived objects.
+"""Python's cyclic garbage collector set for a service that allocates many short-lived objects, and
+paused for a read that keeps many objects alive and makes no reference cycles (the audit's fold).
 
 With the default thresholds (a collection every 700 net allocations) a cleaner re-checking thousands
 of delay records an interval runs the young collection constantly, and every full collection walks
@@ -15,6 +16,8 @@ larger. Reference cycles are still collected, only in larger steps.
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 YOUNG_GENERATION = 10_000
 
@@ -26,3 +29,18 @@ def tune_for_throughput() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(YOUNG_GENERATION, middle, old)
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """The collector off for the block (reference counting still frees everything without cycles)."""
+    # The audit's fold keeps tens of thousands of small objects alive while it reads, and the cyclic
+    # collector re-scanning them cost more than decoding itself (measured 2-3x on 100,000 events).
+    # Nothing the audit builds forms a reference cycle, so reference counting still frees it all.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
