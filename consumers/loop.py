@@ -80,6 +80,7 @@ Partition = tuple[str, int]
 _GROUP_TYPE = DelayedVacuums.event_type.encode()
 _ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
 LATE_MS = 100  # re-checks later than this are logged (DEBUG) with where the time went
+_NEVER = 1 << 62  # a deadline no clock reaches
 
 
 class ConsumerLike(Protocol):
@@ -125,6 +126,9 @@ class PartitionState:
     accepting: bool = True
     seen_until: int | None = None  # every offset below was handed over, held or skipped
     in_flight: set[int] = field(default_factory=set)
+    # Of those, delay records waiting for their key's next record (at most one per key): not counted
+    # against max_queued, or a backlog of them would stop the reading that brings their records.
+    waiting_joiners: int = 0
     held: deque[Work] = field(default_factory=deque)  # fetched, not yet due, in offset order
     held_bytes: int = 0  # the size of their values
     held_keys: Counter[str] = field(default_factory=Counter)  # the keys of the waiting groups held
@@ -215,6 +219,7 @@ class CleanerLoop:
         self._lanes: dict[str, _Lane] = {}
         # Fresh vacuums waiting to be checked with their key's delay record: key -> [(work, deadline ms)].
         self._joiners: dict[str, list[tuple[Work, int]]] = {}
+        self._joiners_due_ms = _NEVER  # no joiner's deadline is before this
         self._finished: queue.Queue[_Finished | _LaneFree | _BatchFree] = queue.Queue()
         self._running_batches = 0
         self._guard = threading.Lock()  # states' generation/accepting and the executing counts
@@ -360,6 +365,8 @@ class CleanerLoop:
         if work.due_ms > now:
             self._hold(partition, state, work)
             return
+        if isinstance(work.event, WaitingGroup) and self._waits_for_next_record(partition, state, work, now):
+            return
         self._hand_over(partition, state, work, now)
 
     def _work(self, record: RawRecord, generation: int, now: int) -> Work:
@@ -441,6 +448,8 @@ class CleanerLoop:
         if partition[0] == self.config.delay_topic and self._joiners and not isinstance(work.event, CleanupRejected):
             joining = self._joiners.pop(work.event.key, None)
             if joining is not None:
+                for joiner, _ in joining:
+                    self._unjoin(joiner)
                 lane.extend(joiner for joiner, _ in joining)
 
     def _join_chain(self, partition: Partition, state: PartitionState, work: Work, now: int) -> bool:
@@ -453,7 +462,7 @@ class CleanerLoop:
         or if that record does not come, it is checked alone at the deadline."""
         if partition[0] != self.config.vacuum_topic or not isinstance(work.event, VacuumCommitted):
             return False
-        chains: dict[str, int] = getattr(self.handler, "chain_due", {})
+        chains = self._chain_due()
         due = chains.get(work.event.key)
         interval = self.config.interval_ms
         if due is None or due < now - interval or (self.config.delay_topic, partition[1]) not in self._states:
@@ -463,37 +472,73 @@ class CleanerLoop:
         return True
 
     def _waits_for_next_record(self, partition: Partition, state: PartitionState, work: Work, now: int) -> bool:
-        """Keep a due delay record whose key has a later record already read and held until that one is
+        """Keep a due delay record whose key has a later record on its partition until that one is
         handed over: both are then checked together and wait on in one record.
 
         A table's vacuums parked in separate records (published by different checks, or by another
         process) would otherwise stay in separate records for good, each due at its own time: one
-        record per table is what lets a process re-check many vacuums an interval. The earlier one is
-        checked late by less than an interval, once, and never early; if the later record is not handed
-        over by then (a rewind drops both), it is checked alone at the deadline."""
+        record per table is what lets a process re-check many vacuums an interval. The later record is
+        known when it is already read and held, or when this process published it after this one
+        (``chain_due``: same key, same partition, later due time, so later in the log). The earlier
+        record is checked late by less than an interval of reading, once, and never early; if the
+        later record is not handed over by the deadline (a rewind drops both, or another process
+        owned the partition when it was written), it is checked alone then.
+
+        When a cleaner is behind, a key's records are read after they are due and far apart: only one
+        of a key's records waits at a time (the next one takes it along), so the records of a key
+        halve each pass and the memory held stays within one record per key."""
         assert isinstance(work.event, WaitingGroup)
         key = work.event.key
-        if not state.held_keys.get(key):
+        interval = self.config.interval_ms
+        if state.held_keys.get(key):
+            self._join(state, work, key, now + interval)
+            return True
+        later_due = self._chain_due().get(key)
+        if later_due is None or later_due <= work.due_ms or partition[0] != self.config.delay_topic:
             return False
-        self._join(state, work, key, now + self.config.interval_ms)
+        if any(joiner.partition[0] == self.config.delay_topic for joiner, _ in self._joiners.get(key, ())):
+            return False  # this one takes the waiting one along
+        # The later record is read about as late after its due time as this one was.
+        self._join(state, work, key, max(now, later_due + (now - work.due_ms)) + interval)
         return True
+
+    def _chain_due(self) -> dict[str, int]:
+        return getattr(self.handler, "chain_due", {})
 
     def _join(self, state: PartitionState, work: Work, key: str, deadline_ms: int) -> None:
         """Keep ``work`` (its offset uncommitted) until the next delay record of ``key`` is handed over,
         then run it in that record's lane; at ``deadline_ms`` it runs alone."""
         state.in_flight.add(work.offset)
+        if work.partition[0] == self.config.delay_topic:
+            state.waiting_joiners += 1
         self._note_pending(work)
         self._joiners.setdefault(key, []).append((work, deadline_ms))
+        self._joiners_due_ms = min(self._joiners_due_ms, deadline_ms)
+
+    def _unjoin(self, joiner: Work) -> None:
+        if joiner.partition[0] == self.config.delay_topic:
+            state = self._states.get(joiner.partition)
+            if state is not None and state.waiting_joiners > 0:
+                state.waiting_joiners -= 1
 
     def _release_late_joiners(self, now: int) -> None:
         """Joiners whose key's record did not come by their deadline are checked alone."""
-        for key in [key for key, joining in self._joiners.items() if joining[0][1] <= now]:
+        if now < self._joiners_due_ms:
+            return  # none is due yet: the scan is over every waiting key
+        first_left = _NEVER
+        for key in list(self._joiners):
+            joining = self._joiners[key]
+            if joining[0][1] > now:
+                first_left = min(first_left, joining[0][1])
+                continue
             for joiner, _ in self._joiners.pop(key):
+                self._unjoin(joiner)
                 self._lanes.setdefault(joiner.lane, _Lane()).queue.append(joiner)
+        self._joiners_due_ms = first_left
 
     def _outstanding(self) -> int:
         """Records handed over and not finished: queued in the lanes or running in a batch."""
-        return sum(len(state.in_flight) for state in self._states.values())
+        return sum(len(state.in_flight) - state.waiting_joiners for state in self._states.values())
 
     def _resume_backlogged(self) -> None:
         if self._outstanding() > self.config.max_queued // 2:
@@ -821,6 +866,7 @@ class CleanerLoop:
         with self._guard:
             state.generation = next(self._generations)
         state.in_flight.clear()
+        state.waiting_joiners = 0
         state.held.clear()
         state.held_bytes = 0
         state.held_keys.clear()

@@ -433,6 +433,108 @@ def test_a_keys_records_due_at_different_times_are_checked_together_once_and_wai
     assert consumer.committed[(D, 0)] == 3 and rig.fs.deleted == []
 
 
+def waiting_on_tables(rig: Rig, count: int, round_: int) -> list[VacuumCommitted]:
+    """One waiting vacuum on each of ``count`` unpartitioned tables (reader lock 100+i held on each);
+    ``round_`` numbers the vacuum (its deltas) so a table's rounds are distinct vacuums."""
+    events = []
+    for i in range(count):
+        table, location = f"sales.t{i}", f"/warehouse/sales.db/t{i}"
+        if round_ == 0:
+            rig.metastore.add_table(table, "file:" + location)
+            rig.metastore.take_lock(100 + i, table)
+        singles = [delta_name(w, w, 0) for w in range(3 * round_ + 1, 3 * round_ + 4)]
+        events.append(
+            vacuum(
+                event_id=uuid.uuid4(),
+                table=table,
+                partition=None,
+                location="file:" + location,
+                vacuum_job_id=f"t{i}-{round_}",
+                new_directories=[delta_name(3 * round_ + 1, 3 * round_ + 3)],
+                obsolete_directories=singles,
+                highest_write_id=3 * round_ + 3,
+                lock_snapshot=[lock(lock_id=100 + i)],
+            )
+        )
+    return events
+
+
+def parked_twice(rig: Rig, tables: int, **config: Any) -> tuple[FakeConsumer, CleanerLoop, list[DelayEnvelope]]:
+    """Two vacuums on each table, parked by this process in separate delay records (the second came
+    after the first's record was due, and that record was not read back in time: a cleaner behind its
+    delay partition). None of the records is on the consumer's delay partition yet."""
+    consumer = FakeConsumer(rig.clock)
+    loop = loop_over(rig, consumer, **config)
+    for event in waiting_on_tables(rig, tables, 0):
+        consumer.append(V, 0, event)
+    run_for(loop, rig, 1.0)
+    for event in waiting_on_tables(rig, tables, 1):
+        consumer.append(V, 0, event)
+    run_for(loop, rig, 2.5)  # the newcomers' wait for the first records ends: each is parked alone
+    if len(envelopes(rig)) < 2 * tables:  # a small max_queued held some newcomers back from reading
+        run_for(loop, rig, 3.0)
+    parked = envelopes(rig)
+    assert len(parked) == 2 * tables and groups(rig) == []
+    return consumer, loop, parked
+
+
+def append_delays(consumer: FakeConsumer, rig: Rig, events: list[DelayEnvelope]) -> None:
+    """Put the records of ``events`` on the consumer's delay partition 0, as the handler wrote them."""
+    ids = {event.event_id for event in events}
+    log = consumer.logs.setdefault((D, 0), [])
+    for record, event in zip(rig.bus.records[D], rig.published(D), strict=True):
+        if event.event_id in ids:
+            log.append(RawRecord(D, 0, len(log), record.key, record.value, record.headers))
+
+
+def test_a_keys_records_read_after_they_are_due_are_checked_together_once_and_wait_on_in_one() -> None:
+    """A cleaner behind its delay partition reads a table's two records after both are due, hundreds
+    of offsets apart in production: the earlier one waits for the later one, which this process wrote
+    (so it is known to come), and both wait on in one record from then on. Reading is not stopped by
+    the records waiting so, even beyond ``max_queued``, or the later ones would never be read."""
+    rig = Rig()
+    consumer, loop, parked = parked_twice(rig, 3, max_queued=2)
+    first_round, second_round = parked[:3], parked[3:]
+    rig.clock.advance((max(event.due_at for event in parked) - rig.clock.now()).total_seconds() + 0.5)
+    append_delays(consumer, rig, first_round + second_round)
+    run_for(loop, rig, 0.2)
+    together = groups(rig)
+    assert len(together) == 3 and len(envelopes(rig)) == 6  # nothing parked alone again
+    for group in together:
+        members = [item.vacuum.event_id for item in group.waiting]
+        table_records = [event for event in parked if event.table == group.table]
+        assert sorted(members) == sorted(event.vacuum.event_id for event in table_records)
+        assert group.occurred_at >= max(event.due_at for event in table_records)  # never early
+    assert consumer.committed[(D, 0)] == 6 and rig.fs.deleted == []
+    # From now on each table has one record: re-read at its due time, it is checked at once.
+    seen = [len(rig.bus.records[D]) - 3]
+    forward_delays(rig, consumer, seen)
+    run_for(loop, rig, 2.2)
+    assert len(groups(rig)) == 6 and all(group.occurred_at >= together[0].due_at for group in groups(rig)[3:])
+
+
+def test_a_record_waiting_for_a_later_one_that_never_comes_is_checked_alone_after_its_deadline() -> None:
+    """The later record may never be read by this process (another process owned the partition when it
+    was read, or a rewind dropped it): the waiting one is then checked alone, late but never early."""
+    rig = Rig()
+    consumer, loop, parked = parked_twice(rig, 1)
+    first, second = parked
+    rig.clock.advance((second.due_at - rig.clock.now()).total_seconds() + 0.5)
+    append_delays(consumer, rig, [first])
+    read_at = rig.clock.now()
+    run_for(loop, rig, 0.1)
+    assert len(envelopes(rig)) == 2  # it waits
+    # The deadline: the later record's due time, as late as this one was read, plus an interval.
+    deadline = second.due_at + (read_at - first.due_at) + timedelta(milliseconds=2000)
+    run_for(loop, rig, (deadline - rig.clock.now()).total_seconds() - 0.2)
+    assert len(envelopes(rig)) == 2 and consumer.committed.get((D, 0), 0) == 0
+    run_for(loop, rig, 0.5)
+    *_, again = envelopes(rig)
+    assert again.vacuum.event_id == first.vacuum.event_id and again.occurred_at >= deadline
+    run_for(loop, rig, 0.1)
+    assert consumer.committed[(D, 0)] == 1 and rig.fs.deleted == []
+
+
 def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it() -> None:
     """One unfiltered show_locks answers every batch that starts within a quarter interval of it, but
     never a batch holding an event read after it was asked (its vacuum may have committed after)."""
