@@ -364,6 +364,9 @@ class OutcomeBatch:
 _Pending = tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]
 
 
+OWN_CHECKS_KEPT_INTERVALS = 30  # how long a delay record's check time is kept for its re-check
+
+
 @dataclass(frozen=True)
 class _Waiting:
     """A vacuum of a DelayedVacuums still waiting after a check, for the key's next DelayedVacuums."""
@@ -612,13 +615,19 @@ class CleanupHandler:
         measured = self.lock_call_costs.unfiltered_s
         return 0 if measured is None else int(measured * 1000)
 
-    def checked_at_ms(self, event_id: uuid.UUID) -> int | None:
-        """When this process made the check that wrote delay record ``event_id`` (None if it did not)."""
-        return self._own_checks.get(str(event_id))
+    def take_checked_at_ms(self, event_id: uuid.UUID) -> int | None:
+        """When this process made the check that wrote delay record ``event_id`` (None if it did not),
+        forgotten once asked: a record is checked once, and one read again (a rewind, a replay) is
+        answered as any record read now, which only asks for a newer lock list."""
+        with self._own_checks_lock:
+            return self._own_checks.pop(str(event_id), None)
 
     def _remember_checks(self, written: Sequence[tuple[EventBase, datetime]]) -> None:
         now = self._now_ms()
-        horizon = now - 4 * self.config.interval_ms
+        # Records are normally taken back within an interval or two; a cleaner behind its delay
+        # partitions reads them later (each then forgotten when taken), and without its check time a
+        # record needs a lock list asked after it was read: every batch would wait for one.
+        horizon = now - OWN_CHECKS_KEPT_INTERVALS * self.config.interval_ms
         with self._own_checks_lock:
             for event, checked in written:
                 self._own_checks[str(event.event_id)] = int(checked.timestamp() * 1000)

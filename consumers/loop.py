@@ -1074,7 +1074,7 @@ def _read_by_ms(work: Work, handler: Any) -> int:
     loop read it."""
     event = work.event
     if isinstance(event, DelayEnvelope | WaitingGroup):
-        checked_at: int | None = getattr(handler, "checked_at_ms", lambda _: None)(event.event_id)
+        checked_at: int | None = getattr(handler, "take_checked_at_ms", lambda _: None)(event.event_id)
         if checked_at is not None:
             return min(work.received_ms, checked_at)
     return work.received_ms

@@ -433,11 +433,11 @@ def test_a_keys_records_due_at_different_times_are_checked_together_once_and_wai
     assert consumer.committed[(D, 0)] == 3 and rig.fs.deleted == []
 
 
-def waiting_on_tables(rig: Rig, count: int, round_: int) -> list[VacuumCommitted]:
-    """One waiting vacuum on each of ``count`` unpartitioned tables (reader lock 100+i held on each);
-    ``round_`` numbers the vacuum (its deltas) so a table's rounds are distinct vacuums."""
+def waiting_on_tables(rig: Rig, count: int, round_: int, first: int = 0) -> list[VacuumCommitted]:
+    """One waiting vacuum on each of ``count`` unpartitioned tables from ``first`` on (reader lock 100+i
+    held on each); ``round_`` numbers the vacuum (its deltas) so a table's rounds are distinct vacuums."""
     events = []
-    for i in range(count):
+    for i in range(first, first + count):
         table, location = f"sales.t{i}", f"/warehouse/sales.db/t{i}"
         if round_ == 0:
             rig.metastore.add_table(table, "file:" + location)
@@ -533,6 +533,36 @@ def test_a_record_waiting_for_a_later_one_that_never_comes_is_checked_alone_afte
     assert again.vacuum.event_id == first.vacuum.event_id and again.occurred_at >= deadline
     run_for(loop, rig, 0.1)
     assert consumer.committed[(D, 0)] == 1 and rig.fs.deleted == []
+
+
+def test_records_read_back_long_after_their_check_are_answered_by_a_list_asked_after_that_check() -> None:
+    """A cleaner behind its delay partitions reads its own records back many intervals after the checks
+    that wrote them. A lock list asked after such a check answers the record (its snapshot locks were
+    all taken before that check), so the batches of a backlog do not each wait for a new list, however
+    many records this process wrote meanwhile; a record read again is answered as one read now."""
+    rig = Rig()
+    rig.handler.lock_call_costs.unfiltered_s = 0.2  # thousands of locks: one list serves an interval
+    consumer = FakeConsumer(rig.clock)
+    loop = loop_over(rig, consumer)
+    for event in waiting_on_tables(rig, 1100, 0):  # more than the 1,000 records kept unpruned
+        consumer.append(V, 0, event)
+    run_for(loop, rig, 0.5)
+    seen = [0]
+    parked = forward_delays(rig, consumer, seen)
+    assert len(parked) == 1100
+    del consumer.logs[(D, 0)][:]  # not read back yet: the cleaner is behind its delay partition
+    rig.clock.advance(12.0)  # six intervals
+    [late] = waiting_on_tables(rig, 1, 0, first=1100)  # a vacuum on a new table, parked now: a list asked now
+    consumer.append(V, 1, late)
+    run_for(loop, rig, 0.1)
+    asked = rig.metastore.calls["show_locks"]
+    log = consumer.logs[(D, 0)]
+    for record in parked:
+        log.append(RawRecord(D, 0, len(log), record.key, record.value, record.headers))
+    run_for(loop, rig, 0.3)
+    assert len(rig.published(D)) == 2 * 1100 + 1  # every one re-checked and parked again
+    assert rig.metastore.calls["show_locks"] == asked  # by the list asked after their checks
+    assert all(rig.handler.take_checked_at_ms(event.event_id) is None for event in rig.published(D)[:1100])
 
 
 def test_batches_share_a_fresh_lock_list_and_ask_again_for_events_read_after_it() -> None:
