@@ -548,6 +548,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
         self.handled = Handled(self.rig)
         self.expected: set[uuid.UUID] = set()
         self.held: dict[int, str] = {}  # lock id -> location of the table it protects
+        self.rounds: dict[int, int] = {}  # table index -> vacuums made of it so far (from the second)
         self.delivered = 0  # envelopes of the bus's delay topic already on the consumer's delay log
         self.loop = CleanerLoop(
             self.consumer,
@@ -587,6 +588,38 @@ class BatchedLoopMachine(RuleBasedStateMachine):
             self.consumer.append(V, number, event)
             self.expected.add(event.event_id)
 
+    @rule(data=st.data(), number=st.integers(0, 1), count=st.integers(1, 3))
+    def later_vacuums_of_a_waiting_table(self, data: st.DataObject, number: int, count: int) -> None:
+        """Later vacuums of a table whose reader still holds its lock: the table's vacuums wait in
+        separate records (checked at different times) that the loop may merge as it reads them."""
+        if not self.held:
+            return
+        lock_id = data.draw(st.sampled_from(sorted(self.held)))
+        for _ in range(count):
+            self._later_vacuum(lock_id, number)
+
+    def _later_vacuum(self, lock_id: int, number: int) -> None:
+        index = lock_id - 5000
+        round_ = self.rounds[index] = self.rounds.get(index, 1) + 1
+        singles = [delta_name(w, w, 0) for w in range(3 * round_ - 2, 3 * round_ + 1)]
+        compacted = delta_name(3 * round_ - 2, 3 * round_)
+        location = f"/warehouse/sales.db/t{index}"
+        self.rig.fs.add_acid_dirs(location, [*singles, compacted])
+        event = vacuum(
+            event_id=uuid.uuid4(),
+            table=f"sales.t{index}",
+            partition=None,
+            location=location,
+            vacuum_job_id=f"t{index}-{round_}",
+            new_directories=[compacted],
+            obsolete_directories=singles,
+            highest_write_id=3 * round_,
+            lock_snapshot=[lock(lock_id)],
+        )
+        self.rig.fs.mark_vacuum_output(event)
+        self.consumer.append(V, number, event)
+        self.expected.add(event.event_id)
+
     @rule(number=st.integers(0, 1), due_s=st.sampled_from([-1.0, 0.0, 0.3, 1.0, 2.0, 3.5]), locked=st.booleans())
     def envelope(self, number: int, due_s: float, locked: bool) -> None:
         parked = self._table(locked)
@@ -599,10 +632,16 @@ class BatchedLoopMachine(RuleBasedStateMachine):
 
     @rule()
     def delay_topic_delivers(self) -> None:
+        self.delay_topic_delivers_some(len(self.rig.published(D)))
+
+    @rule(count=st.integers(1, 3))
+    def delay_topic_delivers_some(self, count: int) -> None:
+        """The first ``count`` records not delivered yet, in order: a cleaner behind its delay partitions
+        reads its records late, a table's several records far apart."""
         published = self.rig.published(D)
-        for event in published[self.delivered :]:
+        for event in published[self.delivered : self.delivered + count]:
             self.consumer.append(D, zlib.crc32(event.table.encode()) % 2, event)
-        self.delivered = len(published)
+        self.delivered = min(len(published), self.delivered + count)
 
     @rule(data=st.data())
     def reader_releases(self, data: st.DataObject) -> None:
@@ -620,7 +659,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
         for _ in range(steps):
             self.loop.step()
 
-    @rule(seconds=st.sampled_from([0.1, 0.5, 1.0, 2.5]))
+    @rule(seconds=st.sampled_from([0.1, 0.5, 1.0, 2.5, 5.0]))
     def time_passes(self, seconds: float) -> None:
         self.rig.clock.advance(seconds)
 
