@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -358,6 +358,10 @@ class OutcomeBatch:
     def carry(self, published: EventBase, outcome_id: object) -> None:
         """``published`` carries (part of) the outcome whose event id is ``outcome_id``."""
         self.carried_by.setdefault(str(published.event_id), set()).add(str(outcome_id))
+
+    def carry_all(self, published: EventBase, outcome_ids: Iterable[str]) -> None:
+        """``published`` carries (part of) each of the outcomes ``outcome_ids``."""
+        self.carried_by.setdefault(str(published.event_id), set()).update(outcome_ids)
 
 
 # A delay envelope built for a vacuum and not yet published: (the event checked, the answer, the envelope).
@@ -790,8 +794,7 @@ class CleanupHandler:
             items += [(self.config.topics.cleanup_delay, envelope) for pending in delays for _, _, envelope in pending]
             items += [(self.config.topics.cleanup_delay, out.event) for out, _ in groups]
         for out, members in groups:
-            for member in members:
-                batch.carry(out.event, member.outcome_id)
+            batch.carry_all(out.event, (member.outcome_id for member in members))
         failed = self._publish_isolating(items)
         for item in outgoing:
             if str(item.event.event_id) not in failed:
@@ -977,6 +980,7 @@ class CleanupHandler:
         table_error = held if isinstance(held, str) else None
         held_ids = None if isinstance(held, str) else held
         key = (group.tenant, group.table, group.partition)
+        outcome_id = str(group.event_id)
         ready: list[Member] = []
         if group.single and not self._waits_on(group.members[0], locks, held_ids, table_error):
             # A DelayEnvelope that may be ready: the models' path checks and cleans it (in full).
@@ -1017,7 +1021,7 @@ class CleanupHandler:
                     now,
                     due,
                     newly_stuck,
-                    str(group.event_id),
+                    outcome_id,
                     member.vacuum_id,
                     group.single,
                 )
