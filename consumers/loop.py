@@ -126,9 +126,11 @@ class PartitionState:
     accepting: bool = True
     seen_until: int | None = None  # every offset below was handed over, held or skipped
     in_flight: set[int] = field(default_factory=set)
-    # Of those, delay records waiting for their key's next record (at most one per key): not counted
-    # against max_queued, or a backlog of them would stop the reading that brings their records.
-    waiting_joiners: int = 0
+    # Of those, the joiners: records waiting for their key's next delay record. Neither kind stops the
+    # delay partitions from being read (that is what brings their records): fresh vacuums that wait
+    # count against max_queued only for reading more fresh vacuums, and delay records that wait (at
+    # most one per key) not at all.
+    joiners: int = 0
     held: deque[Work] = field(default_factory=deque)  # fetched, not yet due, in offset order
     held_bytes: int = 0  # the size of their values
     held_keys: Counter[str] = field(default_factory=Counter)  # the keys of the waiting groups held
@@ -340,7 +342,8 @@ class CleanerLoop:
             # held stays bounded however many vacuums wait, and the offset never moves past it.
             state.dropping = True
             return
-        if state.paused_until_ms is None and self._outstanding() >= self.config.max_queued:
+        new_work = partition[0] != self.config.delay_topic
+        if state.paused_until_ms is None and self._outstanding(new_work) >= self.config.max_queued:
             # Overloaded: stop reading this partition at this record until the lanes drain, so the
             # memory of a cleaner that cannot keep up does not grow with its backlog.
             topic, number = partition
@@ -509,17 +512,15 @@ class CleanerLoop:
         """Keep ``work`` (its offset uncommitted) until the next delay record of ``key`` is handed over,
         then run it in that record's lane; at ``deadline_ms`` it runs alone."""
         state.in_flight.add(work.offset)
-        if work.partition[0] == self.config.delay_topic:
-            state.waiting_joiners += 1
+        state.joiners += 1
         self._note_pending(work)
         self._joiners.setdefault(key, []).append((work, deadline_ms))
         self._joiners_due_ms = min(self._joiners_due_ms, deadline_ms)
 
     def _unjoin(self, joiner: Work) -> None:
-        if joiner.partition[0] == self.config.delay_topic:
-            state = self._states.get(joiner.partition)
-            if state is not None and state.waiting_joiners > 0:
-                state.waiting_joiners -= 1
+        state = self._states.get(joiner.partition)
+        if state is not None and state.joiners > 0:
+            state.joiners -= 1
 
     def _release_late_joiners(self, now: int) -> None:
         """Joiners whose key's record did not come by their deadline are checked alone."""
@@ -536,15 +537,25 @@ class CleanerLoop:
                 self._lanes.setdefault(joiner.lane, _Lane()).queue.append(joiner)
         self._joiners_due_ms = first_left
 
-    def _outstanding(self) -> int:
-        """Records handed over and not finished: queued in the lanes or running in a batch."""
-        return sum(len(state.in_flight) - state.waiting_joiners for state in self._states.values())
+    def _outstanding(self, new_work: bool = True) -> int:
+        """Records handed over and not finished (queued in the lanes or running in a batch), and for
+        ``new_work`` (a fresh vacuum) the fresh vacuums waiting to join their key's delay record too."""
+        handed, fresh_joiners = 0, 0
+        for partition, state in self._states.items():
+            handed += len(state.in_flight) - state.joiners
+            if partition[0] != self.config.delay_topic:
+                fresh_joiners += state.joiners
+        return handed + fresh_joiners if new_work else handed
 
     def _resume_backlogged(self) -> None:
-        if self._outstanding() > self.config.max_queued // 2:
+        backlogged = [(partition, state) for partition, state in self._states.items() if state.backlogged]
+        if not backlogged:
             return
-        for partition, state in self._states.items():
-            if state.backlogged and state.accepting:
+        limit = self.config.max_queued // 2
+        room = {False: self._outstanding(False) <= limit}
+        room[True] = room[False] and self._outstanding(True) <= limit
+        for partition, state in backlogged:
+            if state.accepting and room[partition[0] != self.config.delay_topic]:
                 state.backlogged = state.dropping = False
                 self.consumer.resume([TopicPartition(*partition)])
 
@@ -866,7 +877,7 @@ class CleanerLoop:
         with self._guard:
             state.generation = next(self._generations)
         state.in_flight.clear()
-        state.waiting_joiners = 0
+        state.joiners = 0
         state.held.clear()
         state.held_bytes = 0
         state.held_keys.clear()

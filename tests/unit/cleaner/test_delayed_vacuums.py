@@ -535,6 +535,37 @@ def test_a_record_waiting_for_a_later_one_that_never_comes_is_checked_alone_afte
     assert consumer.committed[(D, 0)] == 1 and rig.fs.deleted == []
 
 
+def test_fresh_vacuums_waiting_for_their_keys_records_do_not_stop_those_records_from_being_read() -> None:
+    """Fresh vacuums of waiting tables wait to join their tables' delay records; when they fill
+    ``max_queued`` they stop more fresh vacuums from being read, but not the delay records they wait
+    for (else each would wait out its deadline and be parked alone, as a 100,000-vacuum burst was)."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    loop = loop_over(rig, consumer, max_queued=2)
+    for event in waiting_on_tables(rig, 3, 0):
+        consumer.append(V, 0, event)
+    run_for(loop, rig, 0.5)
+    first = envelopes(rig)
+    assert len(first) == 3  # not read back yet
+    fresh = waiting_on_tables(rig, 3, 1)
+    for event in fresh:
+        consumer.append(V, 0, event)  # (delay partition 0 is this process's: they may join)
+    run_for(loop, rig, 0.5)
+    assert len(rig.published(D)) == 3  # two joined their tables' records; the third is not read yet
+    rig.clock.advance((max(event.due_at for event in first) - rig.clock.now()).total_seconds() + 0.1)
+    append_delays(consumer, rig, first)
+    run_for(loop, rig, 0.3)
+    together = groups(rig)
+    assert len(together) >= 2
+    for group in together:
+        members = {item.vacuum.event_id for item in group.waiting}
+        table_events = [event for event in [*first, *fresh] if event.table == group.table]
+        assert members == {getattr(event, "vacuum", event).event_id for event in table_events}
+        assert group.occurred_at >= min(event.due_at for event in first)  # never early
+    assert not [event for event in envelopes(rig)[3:] if event.table in {group.table for group in together}]
+    assert rig.fs.deleted == []
+
+
 def test_records_read_back_long_after_their_check_are_answered_by_a_list_asked_after_that_check() -> None:
     """A cleaner behind its delay partitions reads its own records back many intervals after the checks
     that wrote them. A lock list asked after such a check answers the record (its snapshot locks were
