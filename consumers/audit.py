@@ -171,7 +171,11 @@ AnyDelayed = DelayedVacuums | WireDelayedVacuums
 class WaitingDelay:
     """One vacuum of a ``DelayedVacuums``, read as the ``DelayEnvelope`` the cleaner writes for a vacuum
     that waits alone: the vacuum and its own attempt, locks held, check error and stuck state, with
-    the envelope's check time, due time, event id and causation. Its flow is the vacuum's."""
+    the envelope's check time, due time, event id and causation. Its flow is the vacuum's.
+
+    Its ``attempt`` is the checks made so far: the entry's attempt plus the envelope's
+    ``unchanged.checks``, since a check that found every lock still listed re-publishes the entries
+    as they were and counts itself there only."""
 
     __slots__ = (
         "attempt",
@@ -201,7 +205,8 @@ class WaitingDelay:
         self.causation_id: Any = envelope.causation_id
         self.correlation_id: Any = vacuum.event_id
         self.vacuum = vacuum
-        self.attempt: int = item.attempt
+        unchanged = envelope.unchanged
+        self.attempt: int = item.attempt if unchanged is None else item.attempt + unchanged.checks
         self.due_at: datetime = envelope.due_at
         self.locks_held: Sequence[LockSnapshotEntry | WireLock] = item.locks_held
         self.check_error: str | None = item.check_error

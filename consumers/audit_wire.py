@@ -207,12 +207,38 @@ class WireWaitingVacuum(_Strict, kw_only=True, frozen=True):
     open_txns: Annotated[list[int], msgspec.Meta(max_length=100)] = []
 
 
+class WireUnchangedWaiting(_Strict, frozen=True):
+    lock_ids: Annotated[list[int], msgspec.Meta(min_length=1)]
+    checks: NonNegative
+    oldest_commit: Moment
+    oldest_unstuck_commit: Moment | None
+
+    def describes(self, waiting: Sequence[WireWaitingVacuum]) -> bool:
+        """What :func:`acidclean.schemas.events.unchanged_problem` checks, and UTC times (the models
+        would convert others)."""
+        lock_ids: set[int] = set()
+        for item in waiting:
+            if not item.locks_held or item.check_error is not None or item.open_txns:
+                return False
+            lock_ids.update(lock.lock_id for lock in item.locks_held)
+        unstuck = [item.vacuum.occurred_at for item in waiting if not item.stuck]
+        oldest_unstuck = self.oldest_unstuck_commit
+        return (
+            self.lock_ids == sorted(lock_ids)
+            and self.oldest_commit.tzinfo is timezone.utc
+            and (oldest_unstuck is None or oldest_unstuck.tzinfo is timezone.utc)
+            and self.oldest_commit == min(item.vacuum.occurred_at for item in waiting)
+            and oldest_unstuck == (min(unstuck) if unstuck else None)
+        )
+
+
 class WireDelayedVacuums(_WireEvent, kw_only=True, frozen=True):
     kind: ClassVar[str] = "delayed"
     table: TableName
     due_at: Moment
     waiting: Annotated[list[WireWaitingVacuum], msgspec.Meta(min_length=1, max_length=MAX_WAITING_PER_ENVELOPE)]
     merged_from: list[Uuid] = []
+    unchanged: WireUnchangedWaiting | None = None
 
     def ids(self) -> str:
         # correlation_id must be absent (consistent() checks it); each vacuum's ids are checked with it
@@ -241,6 +267,7 @@ class WireDelayedVacuums(_WireEvent, kw_only=True, frozen=True):
             and len(vacuums) == len(self.waiting)
             and self.occurred_at.tzinfo is timezone.utc
             and self.due_at.tzinfo is timezone.utc
+            and (self.unchanged is None or self.unchanged.describes(self.waiting))
         )
 
 

@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -51,14 +52,20 @@ from acidclean.consumers.rules.readiness import (
 from acidclean.consumers.rules.verdicts import NotYet, Refusal
 from acidclean.consumers.scheduling import delay_envelope, next_due, vacuum_of
 from acidclean.consumers.waiting import (
+    EntryFacts,
     GroupOut,
     Member,
+    UnreadableGroup,
     WaitingGroup,
     WireWaiting,
     build_envelope,
     build_groups,
+    carry_unchanged,
     entry_of_envelope,
+    group_of_model,
     still_waiting,
+    unchanged_now,
+    vacuum_id_of,
 )
 from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import (
@@ -383,7 +390,19 @@ class _Waiting:
     newly_stuck: bool
     outcome_id: str  # the id of the Outcome event of the work it came from
     vacuum_id: str
+    facts: EntryFacts  # for the next record's unchanged summary
     single: bool = False  # read from a DelayEnvelope: written back as one while it waits alone
+
+
+@dataclass(frozen=True)
+class _Unchanged:
+    """A DelayedVacuums a check left unchanged (every lock it waits on still listed): written on unread,
+    unless other vacuums of its key wait in the same batch (then its vacuums are read and merged)."""
+
+    group: WaitingGroup
+    checked_at: datetime
+    due_at: datetime
+    held_ids: set[int]  # the table's locks the check listed
 
 
 class TableLockCheck:
@@ -411,6 +430,7 @@ class TableLockCheck:
         self.pending: list[tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]] = []
         # Vacuums of DelayedVacuums records still waiting after this check, merged by key at flush_batch.
         self.waiting: list[_Waiting] = []
+        self.unchanged: list[_Unchanged] = []
         self._readers: set[int] | None = None
 
     @property
@@ -780,11 +800,13 @@ class CleanupHandler:
         outgoing, batch.outbox = batch.outbox, []
         delays: list[list[_Pending]] = []
         groups: list[tuple[GroupOut, list[_Waiting]]] = []
+        carried: list[tuple[GroupOut, _Unchanged]] = []
         for locks in batch.tables:
-            classic, merged = self._merge_delays(locks.pending, locks.waiting)
-            locks.pending, locks.waiting = [], []
+            classic, merged, unread_groups = self._merge_delays(locks.pending, locks.waiting, locks.unchanged)
+            locks.pending, locks.waiting, locks.unchanged = [], [], []
             delays.append(classic)
             groups.extend(merged)
+            carried.extend(unread_groups)
         items = [
             (item.topic, item.event)
             for item in outgoing
@@ -793,8 +815,11 @@ class CleanupHandler:
         if not self.config.dry_run:
             items += [(self.config.topics.cleanup_delay, envelope) for pending in delays for _, _, envelope in pending]
             items += [(self.config.topics.cleanup_delay, out.event) for out, _ in groups]
+            items += [(self.config.topics.cleanup_delay, out.event) for out, _ in carried]
         for out, members in groups:
             batch.carry_all(out.event, (member.outcome_id for member in members))
+        for out, unread in carried:
+            batch.carry(out.event, unread.group.event_id)
         failed = self._publish_isolating(items)
         for item in outgoing:
             if str(item.event.event_id) not in failed:
@@ -811,6 +836,11 @@ class CleanupHandler:
                 self._group_published(out, members)
                 self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
                 self._remember_checks([(out.event, min(member.checked_at for member in members))])
+        for out, unread in carried:
+            if str(out.event.event_id) not in failed:
+                self._carried_published(out, unread)
+                self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
+                self._remember_checks([(out.event, unread.checked_at)])
         # An outcome that went out inside another record fails with it: a work is finished only once
         # every record carrying its outcome was acknowledged.
         for published, outcome_ids in batch.carried_by.items():
@@ -973,19 +1003,39 @@ class CleanupHandler:
         """One check of every vacuum of a DelayedVacuums, without the event models: the ones still
         waiting go to the key's next DelayedVacuums (at flush_batch, with the batch's other delays of
         the key), each one found ready leaves as a DelayEnvelope due at once, to be checked again and
-        cleaned alone and in order by the usual path."""
+        cleaned alone and in order by the usual path. A group whose ``unchanged`` locks are all still
+        listed is carried on unread."""
         now = self._clock.now()
         due = locks.due(now, self.config.interval_ms)
-        held = locks.held_lock_ids(every_lock=self._txn_rule(group.members))
+        if group.may_carry_unread:
+            listed = locks.held_lock_ids()
+            if not isinstance(listed, str) and unchanged_now(group, listed, now, self.config.max_wait_s):
+                locks.unchanged.append(_Unchanged(group, now, due, listed))
+                return Outcome("delayed", self._group_outcome(group, due), deferred=True)
+        try:
+            members = group.members
+        except UnreadableGroup:
+            event = decode(
+                work.record,
+                rejected_by=self.config.cleaner_id,
+                tenant=self.config.tenant,
+                expected=(DelayedVacuums,),
+                now=self._clock.now,
+            )
+            if isinstance(event, CleanupRejected):
+                return self._dead_letter(event, locks)
+            assert isinstance(event, DelayedVacuums)
+            group = group_of_model(event)
+            members = group.members
+        held = locks.held_lock_ids(every_lock=self._txn_rule(members))
         table_error = held if isinstance(held, str) else None
         held_ids = None if isinstance(held, str) else held
-        key = (group.tenant, group.table, group.partition)
         outcome_id = str(group.event_id)
         ready: list[Member] = []
-        if group.single and not self._waits_on(group.members[0], locks, held_ids, table_error):
+        if group.single and not self._waits_on(members[0], locks, held_ids, table_error):
             # A DelayEnvelope that may be ready: the models' path checks and cleans it (in full).
             return self._handle_work(self._as_envelope(work), locks)
-        for member in group.members:
+        for member in members:
             view = member.view
             error = table_error
             open_txns: tuple[int, ...] = ()
@@ -1004,29 +1054,65 @@ class CleanupHandler:
                 if error is None and not open_txns and not any(lock_id in held_ids for lock_id in member.lock_ids):
                     ready.append(member)
                     continue
-            entry = still_waiting(
-                member,
-                held_ids=None if error is not None else held_ids,
-                check_error=None if error is None else fit_field(DelayEnvelope, "check_error", error),
-                open_txns=open_txns,
-                now=now,
-                max_wait_s=self.config.max_wait_s,
-            )
-            newly_stuck = entry.stuck and not member.wire.stuck
-            locks.waiting.append(
-                _Waiting(
-                    group.event_id,
-                    key,
-                    entry,
-                    now,
-                    due,
-                    newly_stuck,
-                    outcome_id,
-                    member.vacuum_id,
-                    group.single,
-                )
-            )
-        shell = DelayedVacuums.model_construct(
+            locks.waiting.append(self._still_waiting(group, member, outcome_id, held_ids, error, open_txns, now, due))
+        for member in ready:
+            self._leave_group(work, group, member, now, locks)
+        return Outcome("delayed", self._group_outcome(group, due), deferred=True)
+
+    def _still_waiting(
+        self,
+        group: WaitingGroup,
+        member: Member,
+        outcome_id: str,
+        held_ids: set[int] | None,
+        error: str | None,
+        open_txns: tuple[int, ...],
+        now: datetime,
+        due: datetime,
+    ) -> _Waiting:
+        """A member a check found not ready, for the key's next record."""
+        entry = still_waiting(
+            member,
+            held_ids=None if error is not None else held_ids,
+            check_error=None if error is None else fit_field(DelayEnvelope, "check_error", error),
+            open_txns=open_txns,
+            now=now,
+            max_wait_s=self.config.max_wait_s,
+            checks=group.checks,
+        )
+        held = () if error is not None or held_ids is None else tuple(i for i in member.lock_ids if i in held_ids)
+        return _Waiting(
+            group.event_id,
+            (group.tenant, group.table, group.partition),
+            entry,
+            now,
+            due,
+            entry.stuck and not member.wire.stuck,
+            outcome_id,
+            member.vacuum_id,
+            EntryFacts(held, member.view.occurred_at),
+            group.single,
+        )
+
+    def _unchanged_members(self, item: _Unchanged) -> list[_Waiting] | None:
+        """An unchanged group's vacuums as the check found them (all still waiting), to be merged with
+        the other vacuums of their key; None if they do not read (the group is then carried on unread
+        alone, and the models decide at its next full check)."""
+        group = item.group
+        try:
+            members = group.members
+        except UnreadableGroup:
+            return None
+        outcome_id = str(group.event_id)
+        return [
+            self._still_waiting(group, member, outcome_id, item.held_ids, None, (), item.checked_at, item.due_at)
+            for member in members
+        ]
+
+    @staticmethod
+    def _group_outcome(group: WaitingGroup, due: datetime) -> DelayedVacuums:
+        """The outcome of a group's check, for the loop's logs (the records it causes are built at flush)."""
+        return DelayedVacuums.model_construct(
             schema_version=1,
             event_id=group.event_id,
             tenant=group.tenant,
@@ -1038,10 +1124,8 @@ class CleanupHandler:
             due_at=due,
             waiting=[],
             merged_from=[],
+            unchanged=None,
         )
-        for member in ready:
-            self._leave_group(work, group, member, now, locks)
-        return Outcome("delayed", shell, deferred=True)
 
     def _txn_rule(self, members: Sequence[Member]) -> bool:
         return self.config.wait_for_open_txns and any(member.view.next_txn_id is not None for member in members)
@@ -1092,7 +1176,7 @@ class CleanupHandler:
                 causation_id=group.event_id,
                 correlation_id=vacuum.event_id,
                 vacuum=vacuum,
-                attempt=wire.attempt + 1,
+                attempt=wire.attempt + group.checks + 1,
                 due_at=now,
                 locks_held=[],
                 stuck=wire.stuck,
@@ -1133,19 +1217,22 @@ class CleanupHandler:
         self,
         pending: list[_Pending],
         waiting: list[_Waiting],
-    ) -> tuple[list[_Pending], list[tuple[GroupOut, list[_Waiting]]]]:
+        unchanged: list[_Unchanged],
+    ) -> tuple[list[_Pending], list[tuple[GroupOut, list[_Waiting]]], list[tuple[GroupOut, _Unchanged]]]:
         """One batch's delays of one lane: a key with a single waiting vacuum keeps its DelayEnvelope;
-        the vacuums of a key with several (or of a DelayedVacuums) go out in DelayedVacuums records."""
+        the vacuums of a key with several (or of a DelayedVacuums) go out in DelayedVacuums records. A
+        DelayedVacuums a check left unchanged is written on unread when it is its key's only delay."""
         by_key: dict[tuple[str, str, str | None], list[_Waiting]] = {}
         for item in waiting:
             by_key.setdefault(item.key, []).append(item)
+        unchanged_keys = Counter((item.group.tenant, item.group.table, item.group.partition) for item in unchanged)
         classic_by_key: dict[tuple[str, str, str | None], list[_Pending]] = {}
         for entry in pending:
             envelope = entry[2]
             classic_by_key.setdefault((envelope.tenant, envelope.table, envelope.partition), []).append(entry)
         classic: list[_Pending] = []
         for key, entries in classic_by_key.items():
-            if len(entries) == 1 and key not in by_key:
+            if len(entries) == 1 and key not in by_key and key not in unchanged_keys:
                 classic.extend(entries)
                 continue
             for processed, _, envelope in entries:
@@ -1160,8 +1247,20 @@ class CleanupHandler:
                         envelope.stuck and not (isinstance(processed, DelayEnvelope) and processed.stuck),
                         str(envelope.event_id),
                         str(envelope.vacuum.event_id),
+                        EntryFacts(tuple(lock.lock_id for lock in envelope.locks_held), envelope.vacuum.occurred_at),
                     )
                 )
+        carried: list[tuple[GroupOut, _Unchanged]] = []
+        for unread in unchanged:
+            key = (unread.group.tenant, unread.group.table, unread.group.partition)
+            expanded = None
+            if unchanged_keys[key] > 1 or key in by_key:
+                expanded = self._unchanged_members(unread)
+            if expanded is None:
+                out = carry_unchanged(unread.group, checked_at=unread.checked_at, due_at=unread.due_at)
+                carried.append((out, unread))
+            else:
+                by_key.setdefault(key, []).extend(expanded)
         merged: list[tuple[GroupOut, list[_Waiting]]] = []
         for (tenant, table, partition), items in by_key.items():
             # One vacuum may come twice (a record delivered again with its own earlier outcome): it is
@@ -1189,6 +1288,7 @@ class CleanupHandler:
                 partition=partition,
                 entries=[item.entry for item in unique],
                 vacuum_ids=[item.vacuum_id for item in unique],
+                facts=[item.facts for item in unique],
                 sources=list(dict.fromkeys(item.source for item in items)),
                 checked_at=min(item.checked_at for item in unique),
                 due_at=max(item.due_at for item in unique),
@@ -1196,7 +1296,7 @@ class CleanupHandler:
             chunk_of = {item.vacuum_id: index // MAX_WAITING_PER_ENVELOPE for index, item in enumerate(unique)}
             for index, out in enumerate(outs):
                 merged.append((out, [item for item in items if chunk_of[item.vacuum_id] == index]))
-        return classic, merged
+        return classic, merged, carried
 
     def _group_published(self, out: GroupOut, members: Sequence[_Waiting]) -> None:
         self._metrics.requeues.inc(len(members))
@@ -1237,6 +1337,31 @@ class CleanupHandler:
             partition=event.partition,
             vacuums=len(members),
             due_at=event.due_at.isoformat(),
+            dry_run=self.config.dry_run or None,
+        )
+
+    def _carried_published(self, out: GroupOut, unread: _Unchanged) -> None:
+        count = len(out.entries)
+        self._metrics.requeues.inc(count)
+        self._metrics.events.labels("delayed").inc(count)
+        self._metrics.events.labels("carried_unread").inc(count)
+        stuck = [entry for entry in out.entries if entry.stuck]
+        if stuck:
+            self._metrics.stuck_checks.inc(len(stuck))
+            seen = time.time()
+            with self._stuck_lock:
+                for entry in stuck:
+                    self._stuck[vacuum_id_of(entry)] = seen
+        log(
+            LOGGER,
+            logging.DEBUG,
+            f"not ready; every lock its {count} vacuum(s) wait on still listed: carried on unread",
+            outcome="delayed",
+            event_id=out.event.event_id,
+            table=out.event.table,
+            partition=out.event.partition,
+            vacuums=count,
+            due_at=unread.due_at.isoformat(),
             dry_run=self.config.dry_run or None,
         )
 

@@ -111,8 +111,11 @@ def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str |
         elif isinstance(event, DelayEnvelope):
             marks.append(Mark(event.occurred_at, "wait", f"wait #{event.attempt}: {len(event.locks_held)} lock(s)"))
         elif isinstance(event, DelayedVacuums):  # the marks and points of one DelayEnvelope per waiting vacuum
+            # A check that found every lock still listed counts itself in unchanged.checks, not in the attempts.
+            checks = event.unchanged.checks if event.unchanged is not None else 0
             for item in event.waiting:
-                marks.append(Mark(event.occurred_at, "wait", f"wait #{item.attempt}: {len(item.locks_held)} lock(s)"))
+                attempt = item.attempt + checks
+                marks.append(Mark(event.occurred_at, "wait", f"wait #{attempt}: {len(item.locks_held)} lock(s)"))
                 points.append((event.occurred_at, len(present)))
             continue
         else:

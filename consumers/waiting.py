@@ -8,6 +8,13 @@ with msgspec into thin views (the few fields a re-check needs) while each vacuum
 bytes, and a not-ready vacuum is written back with those same bytes: a vacuum is parsed by the models
 only when it leaves the group (found ready, or refused).
 
+A ``DelayedVacuums`` whose vacuums all wait on snapshot locks alone carries an ``unchanged`` summary
+(the ids of those locks, how many checks found them all still listed, the oldest commits). A check
+that finds every one of those locks listed cannot find any vacuum ready: it writes the same entries on
+unread (:func:`carry_unchanged`), ``checks`` one higher. Every
+:func:`~acidclean.schemas.events.MAX_UNCHANGED_CHECKS` checks or fewer, and whenever a lock is gone,
+the vacuums are read and checked in full.
+
 Nothing here decides safety. A group whose bytes do not read exactly as expected gives ``None`` and
 the caller decodes it with the models (which refuse it with the reason, or accept it and
 :func:`group_of_model` reads it again from the models' own JSON). A vacuum found ready leaves the group
@@ -18,14 +25,21 @@ the models validate it in full.
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import cached_property
 
 import msgspec
 
 from acidclean.schemas.common import derived_event_id, event_key
-from acidclean.schemas.events import MAX_WAITING_PER_ENVELOPE, DelayedVacuums, DelayEnvelope
+from acidclean.schemas.events import (
+    MAX_UNCHANGED_CHECKS,
+    MAX_WAITING_PER_ENVELOPE,
+    DelayedVacuums,
+    DelayEnvelope,
+)
 from acidclean.shared.bus.records import RawRecord
 
 
@@ -48,6 +62,15 @@ class VacuumView(msgspec.Struct):
     next_txn_id: int | None = None
 
 
+class VacuumKey(msgspec.Struct):
+    """A waiting vacuum's id and key: what a group read without its vacuums still checks of each."""
+
+    event_id: str
+    tenant: str
+    table: str
+    partition: str | None = None
+
+
 class WireWaiting(msgspec.Struct, forbid_unknown_fields=True):
     """One :class:`acidclean.schemas.events.WaitingVacuum` on the wire, its vacuum and locks as bytes."""
 
@@ -58,6 +81,15 @@ class WireWaiting(msgspec.Struct, forbid_unknown_fields=True):
     stuck: bool = False
     stuck_since: str | None = None
     open_txns: list[int] = []
+
+
+class WireUnchanged(msgspec.Struct, forbid_unknown_fields=True):
+    """A :class:`acidclean.schemas.events.UnchangedWaiting` on the wire."""
+
+    lock_ids: list[int]
+    checks: int
+    oldest_commit: str
+    oldest_unstuck_commit: str | None
 
 
 class WireGroup(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,6 +105,7 @@ class WireGroup(msgspec.Struct, forbid_unknown_fields=True):
     due_at: str
     waiting: list[WireWaiting]
     merged_from: list[str] = []
+    unchanged: WireUnchanged | None = None
     partition: str | None = None
 
 
@@ -100,6 +133,7 @@ class WireEnvelope(msgspec.Struct, forbid_unknown_fields=True):
 _GROUP = msgspec.json.Decoder(WireGroup)
 _ENVELOPE = msgspec.json.Decoder(WireEnvelope)
 _VIEW = msgspec.json.Decoder(VacuumView)
+_VACUUM_KEY = msgspec.json.Decoder(VacuumKey)
 _LOCK = msgspec.json.Decoder(LockRef)
 _ENCODER = msgspec.json.Encoder()
 
@@ -118,8 +152,28 @@ class Member:
 
 
 @dataclass(frozen=True)
+class Unchanged:
+    """A group's ``unchanged`` summary, read."""
+
+    lock_ids: tuple[int, ...]
+    checks: int
+    oldest_commit: datetime
+    oldest_unstuck_commit: datetime | None
+    wire: WireUnchanged = field(compare=False)
+
+
+class UnreadableGroup(ValueError):
+    """A group's vacuums, read only when a check needed them, are not what a group must hold: the
+    models decide (they refuse it with the reason)."""
+
+
+@dataclass(frozen=True)
 class WaitingGroup:
-    """A ``DelayedVacuums`` as the cleaner's loop reads it: what the loop and a re-check need."""
+    """A ``DelayedVacuums`` as the cleaner's loop reads it: what the loop and a re-check need.
+
+    ``members`` (each vacuum's view and lock ids) are read when first asked for: a group that may be
+    carried on unread (:attr:`may_carry_unread`) is never read while its locks stay listed.
+    """
 
     event_id: uuid.UUID
     tenant: str
@@ -127,10 +181,11 @@ class WaitingGroup:
     partition: str | None
     occurred_at: datetime
     due_at: datetime
-    members: tuple[Member, ...]
+    entries: tuple[WireWaiting, ...]
     # Read from a DelayEnvelope (one vacuum): written back as one while it waits alone, and handled by
     # the models' path as soon as it may be ready.
     single: bool = False
+    unchanged: Unchanged | None = None
     event_type = DelayedVacuums.event_type
     correlation_id = None
 
@@ -138,9 +193,41 @@ class WaitingGroup:
     def key(self) -> str:
         return event_key(self.tenant, self.table, self.partition)
 
+    @cached_property
+    def members(self) -> tuple[Member, ...]:
+        """Every vacuum, read; raises :class:`UnreadableGroup` when they do not make a valid group."""
+        try:
+            members = tuple(_member(entry) for entry in self.entries)
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as error:
+            raise UnreadableGroup(f"a waiting vacuum does not read: {error}") from error
+        problem = _members_problem(self, members)
+        if problem is not None:
+            raise UnreadableGroup(problem)
+        return members
+
+    @property
+    def checks(self) -> int:
+        """Checks made since the entries were written (each entry's attempt counts the ones before)."""
+        return 0 if self.unchanged is None else self.unchanged.checks
+
+    @property
+    def may_carry_unread(self) -> bool:
+        """Whether a check that finds every lock of the summary listed may write the entries on unread."""
+        return self.unchanged is not None and self.unchanged.checks < unchanged_checks_limit(self.key)
+
     @property
     def oldest_commit(self) -> datetime:
+        if self.unchanged is not None:
+            return self.unchanged.oldest_commit
         return min(member.view.occurred_at for member in self.members)
+
+
+def unchanged_checks_limit(key: str) -> int:
+    """How many checks in a row may carry a key's group on unread: between half and all of
+    ``MAX_UNCHANGED_CHECKS``, spread by key so tables parked together are not all read in full in the
+    same interval."""
+    half = MAX_UNCHANGED_CHECKS // 2
+    return half + zlib.crc32(key.encode()) % (MAX_UNCHANGED_CHECKS - half)
 
 
 def read_group(record: RawRecord, tenant: str) -> WaitingGroup | None:
@@ -152,22 +239,59 @@ def read_group(record: RawRecord, tenant: str) -> WaitingGroup | None:
         wire = _GROUP.decode(record.value)
         occurred_at = _moment(wire.occurred_at)
         due_at = _moment(wire.due_at)
-        members = tuple(_member(entry) for entry in wire.waiting)
         event_id = uuid.UUID(wire.event_id)
+        unchanged = None if wire.unchanged is None else _unchanged(wire.unchanged)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
         return None
-    if wire.schema_version != 1 or wire.tenant != tenant or not members or len(members) > MAX_WAITING_PER_ENVELOPE:
+    entries = tuple(wire.waiting)
+    if wire.schema_version != 1 or wire.tenant != tenant or not entries or len(entries) > MAX_WAITING_PER_ENVELOPE:
         return None
     if record.key != event_key(wire.tenant, wire.table, wire.partition).encode():
         return None
     if str(event_id) != wire.event_id or dict(record.headers).get("ce_id") != wire.event_id.encode():
         return None
-    ids = {member.vacuum_id for member in members}
-    if len(ids) != len(members) or any(
-        (m.view.tenant, m.view.table, m.view.partition) != (wire.tenant, wire.table, wire.partition) for m in members
-    ):
+    group = WaitingGroup(
+        event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, entries, unchanged=unchanged
+    )
+    if group.may_carry_unread:
+        # Its vacuums are read only if a check needs them (UnreadableGroup: the models decide then);
+        # their ids and keys are checked now, so a record mixing keys is refused at once.
+        try:
+            keys = [_VACUUM_KEY.decode(entry.vacuum) for entry in entries]
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            return None
+        if len({key.event_id for key in keys}) != len(keys) or any(
+            (key.tenant, key.table, key.partition) != (wire.tenant, wire.table, wire.partition) for key in keys
+        ):
+            return None
+        return group
+    try:
+        _ = group.members
+    except UnreadableGroup:
         return None
-    return WaitingGroup(event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, members)
+    return group
+
+
+def _members_problem(group: WaitingGroup, members: tuple[Member, ...]) -> str | None:
+    """Why ``members`` cannot be the vacuums of ``group``, or None."""
+    if len({member.vacuum_id for member in members}) != len(members):
+        return "a vacuum is listed twice"
+    if any(
+        (m.view.tenant, m.view.table, m.view.partition) != (group.tenant, group.table, group.partition) for m in members
+    ):
+        return "a vacuum of another tenant, table or partition"
+    if group.unchanged is not None:
+        expected = summary_of(group.entries, [facts_of(member) for member in members], checks=group.unchanged.checks)
+        if expected is None or _unchanged(expected) != group.unchanged:
+            return "its unchanged summary does not match its vacuums"
+    return None
+
+
+def _unchanged(wire: WireUnchanged) -> Unchanged:
+    if not wire.lock_ids or wire.checks < 0 or wire.lock_ids != sorted(set(wire.lock_ids)):
+        raise ValueError("unchanged.lock_ids must be sorted and unique, checks not negative")
+    unstuck = None if wire.oldest_unstuck_commit is None else _moment(wire.oldest_unstuck_commit)
+    return Unchanged(tuple(wire.lock_ids), wire.checks, _moment(wire.oldest_commit), unstuck, wire)
 
 
 def read_envelope(record: RawRecord, tenant: str) -> WaitingGroup | None:
@@ -200,7 +324,9 @@ def read_envelope(record: RawRecord, tenant: str) -> WaitingGroup | None:
         return None
     if str(event_id) != wire.event_id or dict(record.headers).get("ce_id") != wire.event_id.encode():
         return None
-    return WaitingGroup(event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, (member,), True)
+    group = WaitingGroup(event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, (entry,), True)
+    group.__dict__["members"] = (member,)  # read above (cached_property's slot)
+    return group
 
 
 def build_envelope(
@@ -262,15 +388,93 @@ def build_envelope(
 def group_of_model(event: DelayedVacuums) -> WaitingGroup:
     """A group the models accepted (when :func:`read_group` did not): read again from their JSON."""
     wire = _GROUP.decode(event.model_dump_json())
-    return WaitingGroup(
+    group = WaitingGroup(
         event.event_id,
         event.tenant,
         event.table,
         event.partition,
         event.occurred_at,
         event.due_at,
-        tuple(_member(entry) for entry in wire.waiting),
+        tuple(wire.waiting),
+        unchanged=None if wire.unchanged is None else _unchanged(wire.unchanged),
     )
+    group.__dict__["members"] = tuple(_member(entry) for entry in wire.waiting)  # the models checked them
+    return group
+
+
+@dataclass(frozen=True)
+class EntryFacts:
+    """What an entry's part of an ``unchanged`` summary needs: the ids of its locks held and when its
+    vacuum committed."""
+
+    held_lock_ids: tuple[int, ...]
+    committed_at: datetime
+
+
+def facts_of(member: Member) -> EntryFacts:
+    """A member's facts as its entry says them."""
+    held = tuple(_LOCK.decode(lock).lock_id for lock in member.wire.locks_held)
+    return EntryFacts(held, member.view.occurred_at)
+
+
+def summary_of(entries: Sequence[WireWaiting], facts: Sequence[EntryFacts], *, checks: int = 0) -> WireUnchanged | None:
+    """The ``unchanged`` summary of these entries, or None when one of them waits on something other
+    than its locks (none held, a check error or open transactions)."""
+    if any(
+        not fact.held_lock_ids or entry.check_error is not None or entry.open_txns
+        for entry, fact in zip(entries, facts, strict=True)
+    ):
+        return None
+    unstuck = [fact.committed_at for entry, fact in zip(entries, facts, strict=True) if not entry.stuck]
+    return WireUnchanged(
+        lock_ids=sorted({lock_id for fact in facts for lock_id in fact.held_lock_ids}),
+        checks=checks,
+        oldest_commit=iso(min(fact.committed_at for fact in facts)),
+        oldest_unstuck_commit=iso(min(unstuck)) if unstuck else None,
+    )
+
+
+def unchanged_now(group: WaitingGroup, held_ids: set[int], now: datetime, max_wait_s: float) -> bool:
+    """Whether a check now, with ``held_ids`` listed, leaves every vacuum of ``group`` as it was: every
+    lock they wait on still listed (so none is ready) and none about to be reported stuck."""
+    unchanged = group.unchanged
+    if unchanged is None or not group.may_carry_unread:
+        return False
+    if (
+        unchanged.oldest_unstuck_commit is not None
+        and (now - unchanged.oldest_unstuck_commit).total_seconds() >= max_wait_s
+    ):
+        return False
+    return all(lock_id in held_ids for lock_id in unchanged.lock_ids)
+
+
+def carry_unchanged(group: WaitingGroup, *, checked_at: datetime, due_at: datetime) -> GroupOut:
+    """The next ``DelayedVacuums`` of a group a check left unchanged: its entries as they were, with
+    ``unchanged.checks`` one higher. Its id is derived from the group's, so a replay of the same check
+    publishes the same id."""
+    assert group.unchanged is not None
+    summary = group.unchanged.wire
+    event_id = derived_event_id(group.event_id, "unchanged")
+    wire = WireGroup(
+        schema_version=1,
+        event_id=str(event_id),
+        tenant=group.tenant,
+        table=group.table,
+        partition=group.partition,
+        occurred_at=iso(checked_at),
+        causation_id=str(group.event_id),
+        correlation_id=None,
+        due_at=iso(due_at),
+        waiting=list(group.entries),
+        merged_from=[str(group.event_id)],
+        unchanged=WireUnchanged(
+            lock_ids=summary.lock_ids,
+            checks=summary.checks + 1,
+            oldest_commit=summary.oldest_commit,
+            oldest_unstuck_commit=summary.oldest_unstuck_commit,
+        ),
+    )
+    return GroupOut(_group_shell(wire, event_id, group.event_id, checked_at, due_at), group.entries)
 
 
 def vacuum_id_of(entry: WireWaiting) -> str:
@@ -303,10 +507,12 @@ def still_waiting(
     open_txns: Sequence[int],
     now: datetime,
     max_wait_s: float,
+    checks: int = 0,
 ) -> WireWaiting:
     """The member's entry after one more check that found it not ready: the locks of its snapshot
     still listed (or, when the metastore could not answer, the ones last known), its open transactions,
-    and stuck once it has waited longer than ``max_wait_s``."""
+    and stuck once it has waited longer than ``max_wait_s``. ``checks``: the checks its group's
+    ``unchanged`` summary counted beyond the entry's attempt."""
     wire = member.wire
     if held_ids is None:
         held = wire.locks_held
@@ -317,7 +523,7 @@ def still_waiting(
     stuck_since = (wire.stuck_since or iso(now)) if stuck else None
     return WireWaiting(
         vacuum=wire.vacuum,
-        attempt=wire.attempt + 1,
+        attempt=wire.attempt + checks + 1,
         locks_held=held,
         check_error=check_error,
         stuck=stuck,
@@ -358,14 +564,18 @@ def build_groups(
     checked_at: datetime,
     due_at: datetime,
     vacuum_ids: Sequence[str] | None = None,
+    facts: Sequence[EntryFacts] | None = None,
 ) -> list[GroupOut]:
     """The ``DelayedVacuums`` records of one key's waiting vacuums, at most
-    :data:`MAX_WAITING_PER_ENVELOPE` each. Ids are derived from the first source and the vacuums, so a
-    replay of the same check publishes the same ids. ``vacuum_ids``: the entries' vacuum ids when the
+    :data:`MAX_WAITING_PER_ENVELOPE` each, each with its ``unchanged`` summary when its vacuums wait on
+    locks alone. Ids are derived from the first source and the vacuums, so a replay of the same check
+    publishes the same ids. ``vacuum_ids`` and ``facts``: the entries' vacuum ids and facts when the
     caller already has them (else they are read from the entries)."""
     outs = []
-    if vacuum_ids is None:
-        vacuum_ids = [vacuum_id_of(entry) for entry in entries]
+    if vacuum_ids is None or facts is None:
+        members = [_member(entry) for entry in entries]
+        vacuum_ids = [member.vacuum_id for member in members]
+        facts = [facts_of(member) for member in members]
     for start in range(0, len(entries), MAX_WAITING_PER_ENVELOPE):
         chunk = entries[start : start + MAX_WAITING_PER_ENVELOPE]
         ids = vacuum_ids[start : start + MAX_WAITING_PER_ENVELOPE]
@@ -382,20 +592,29 @@ def build_groups(
             due_at=iso(due_at),
             waiting=list(chunk),
             merged_from=[str(source) for source in sources],
+            unchanged=summary_of(chunk, facts[start : start + MAX_WAITING_PER_ENVELOPE]),
         )
-        shell = DelayedVacuums.model_construct(
-            schema_version=1,
-            event_id=event_id,
-            tenant=tenant,
-            table=table,
-            partition=partition,
-            occurred_at=checked_at,
-            causation_id=sources[0],
-            correlation_id=None,
-            due_at=due_at,
-            waiting=[],
-            merged_from=list(sources),
-        )
-        shell.attach_wire_value(_ENCODER.encode(wire))
-        outs.append(GroupOut(shell, tuple(chunk)))
+        outs.append(GroupOut(_group_shell(wire, event_id, sources[0], checked_at, due_at), tuple(chunk)))
     return outs
+
+
+def _group_shell(
+    wire: WireGroup, event_id: uuid.UUID, source: uuid.UUID, checked_at: datetime, due_at: datetime
+) -> DelayedVacuums:
+    """The model shell of ``wire`` (for the codec's headers and the logs), carrying its bytes."""
+    shell = DelayedVacuums.model_construct(
+        schema_version=1,
+        event_id=event_id,
+        tenant=wire.tenant,
+        table=wire.table,
+        partition=wire.partition,
+        occurred_at=checked_at,
+        causation_id=source,
+        correlation_id=None,
+        due_at=due_at,
+        waiting=[],
+        merged_from=[],
+        unchanged=None,
+    )
+    shell.attach_wire_value(_ENCODER.encode(wire))
+    return shell

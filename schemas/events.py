@@ -174,6 +174,33 @@ class WaitingVacuum(StrictModel):
         return self
 
 
+# A re-check that finds every lock of an ``unchanged`` summary still listed carries the vacuums on
+# unread at most this many times in a row (fewer for most keys, so tables parked together are not read
+# in full in the same interval): then every vacuum is read and checked again in full.
+MAX_UNCHANGED_CHECKS = 32
+
+
+class UnchangedWaiting(StrictModel):
+    """What lets a re-check that changes nothing carry a :class:`DelayedVacuums` on without reading its
+    vacuums. Written only when every vacuum waits on snapshot locks alone: each has locks held, no
+    check error and no open transaction. While every lock in ``lock_ids`` is listed no vacuum can be
+    ready, so the next check writes the same entries with ``checks`` one higher."""
+
+    lock_ids: list[int] = Field(
+        min_length=1,
+        description="The ids of the locks in the vacuums' locks_held (what they wait on), sorted, each once.",
+    )
+    checks: int = Field(
+        ge=0,
+        description="Checks since the entries were written that found every one of these locks still "
+        "listed. A vacuum's checks so far are its attempt plus this.",
+    )
+    oldest_commit: UtcDatetime = Field(description="When the oldest of the vacuums committed.")
+    oldest_unstuck_commit: UtcDatetime | None = Field(
+        description="When the oldest vacuum not yet reported stuck committed; null when every one is."
+    )
+
+
 class DelayedVacuums(EventBase):
     """Several vacuums of one table (one Kafka key) whose snapshot locks were still held, checked
     together again at ``due_at``: one record on the delay topic instead of one per vacuum.
@@ -196,6 +223,11 @@ class DelayedVacuums(EventBase):
     merged_from: list[uuid.UUID] = Field(
         default_factory=list,
         description="The events (delay envelopes or vacuums) this envelope carries on, causation_id first.",
+    )
+    unchanged: UnchangedWaiting | None = Field(
+        default=None,
+        description="Set when every vacuum waits on locks alone: a check that finds all these locks still "
+        "listed may carry the vacuums on without reading them.",
     )
 
     # The JSON to publish, when the cleaner wrote it without the models (acidclean.consumers.waiting):
@@ -221,7 +253,27 @@ class DelayedVacuums(EventBase):
             ids.add(vacuum.event_id)
         if self.correlation_id is not None:
             raise ValueError("a DelayedVacuums has no correlation_id: each waiting vacuum is its own flow")
+        if self.unchanged is not None:
+            problem = unchanged_problem(self.unchanged, self.waiting)
+            if problem is not None:
+                raise ValueError(f"unchanged does not match the waiting vacuums: {problem}")
         return self
+
+
+def unchanged_problem(summary: UnchangedWaiting, waiting: list[WaitingVacuum]) -> str | None:
+    """Why ``summary`` does not describe ``waiting`` (every vacuum waits on locks alone; ids, oldest
+    commits), or None."""
+    if any(not item.locks_held or item.check_error is not None or item.open_txns for item in waiting):
+        return "a vacuum waits on something other than its locks (none held, a check error or open transactions)"
+    lock_ids = sorted({lock.lock_id for item in waiting for lock in item.locks_held})
+    if summary.lock_ids != lock_ids:
+        return f"lock_ids must be {lock_ids}"
+    if summary.oldest_commit != min(item.vacuum.occurred_at for item in waiting):
+        return "oldest_commit must be when the oldest vacuum committed"
+    unstuck = [item.vacuum.occurred_at for item in waiting if not item.stuck]
+    if summary.oldest_unstuck_commit != (min(unstuck) if unstuck else None):
+        return "oldest_unstuck_commit must be when the oldest vacuum not stuck committed (null if all are)"
+    return None
 
 
 class RemovedDirectory(StrictModel):

@@ -56,6 +56,11 @@ def groups(rig: Rig) -> list[DelayedVacuums]:
     return [event for event in rig.published(D) if isinstance(event, DelayedVacuums)]
 
 
+def checks_so_far(group: DelayedVacuums) -> list[int]:
+    """Each vacuum's checks so far: its attempt, plus the checks its group's summary counted since."""
+    return [item.attempt + (group.unchanged.checks if group.unchanged else 0) for item in group.waiting]
+
+
 def envelopes(rig: Rig) -> list[DelayEnvelope]:
     return [event for event in rig.published(D) if isinstance(event, DelayEnvelope)]
 
@@ -131,7 +136,11 @@ def test_a_group_is_checked_again_at_its_due_time_and_parked_again_while_the_loc
     first, second = groups(rig)
     assert second.occurred_at >= first.due_at
     assert second.causation_id == first.event_id and second.merged_from == [first.event_id]
-    assert [item.attempt for item in second.waiting] == [2, 2, 2]
+    assert checks_so_far(second) == [2, 2, 2]
+    # Every lock they wait on still listed: the entries go on as they were, counted by the summary.
+    assert first.unchanged is not None and (first.unchanged.lock_ids, first.unchanged.checks) == ([7], 0)
+    assert second.unchanged is not None and (second.unchanged.lock_ids, second.unchanged.checks) == ([7], 1)
+    assert second.waiting == first.waiting
     assert [item.vacuum.event_id for item in second.waiting] == [event.event_id for event in events]
     assert second.due_at == second.occurred_at + timedelta(milliseconds=2000)
     assert consumer.committed[(D, 0)] == 1

@@ -18,6 +18,7 @@ from acidclean.schemas.events import (
     RemovedDirectory,
     RequestedBy,
     SourceRecord,
+    UnchangedWaiting,
     VacuumCommitted,
     VacuumFailed,
     VacuumFigures,
@@ -95,6 +96,25 @@ def delayed_vacuums(*of: VacuumCommitted, attempt: int = 1, **changes: Any) -> D
     }
     fields.update(changes)
     return DelayedVacuums(**fields)
+
+
+def unchanged(waiting: list[WaitingVacuum], checks: int = 0, **changes: Any) -> UnchangedWaiting:
+    """The ``unchanged`` summary that matches ``waiting`` (every vacuum waiting on locks alone)."""
+    unstuck = [item.vacuum.occurred_at for item in waiting if not item.stuck]
+    fields: dict[str, Any] = {
+        "lock_ids": sorted({held.lock_id for item in waiting for held in item.locks_held}),
+        "checks": checks,
+        "oldest_commit": min(item.vacuum.occurred_at for item in waiting),
+        "oldest_unstuck_commit": min(unstuck) if unstuck else None,
+    }
+    fields.update(changes)
+    return UnchangedWaiting(**fields)
+
+
+def unchanged_vacuums(*of: VacuumCommitted, attempt: int = 1, checks: int = 0, **changes: Any) -> DelayedVacuums:
+    """``delayed_vacuums(*of)`` with the ``unchanged`` summary of its entries, ``checks`` checks on."""
+    entries = delayed_vacuums(*of, attempt=attempt, **changes).waiting
+    return delayed_vacuums(*of, attempt=attempt, **{"unchanged": unchanged(entries, checks), **changes})
 
 
 def done(of: VacuumCommitted, **changes: Any) -> CleanupDone:
@@ -241,6 +261,7 @@ def one_of_each() -> list[Any]:
         v,
         delay(v),
         delayed_vacuums(v, vacuum(table=v.table, partition=v.partition)),
+        unchanged_vacuums(v, vacuum(table=v.table, partition=v.partition), attempt=2, checks=3),
         started(v),
         done(v),
         rejected(v),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import timedelta
 from typing import Any
@@ -14,10 +15,11 @@ from acidclean.shared.bus.codec import encode
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.settings import load_settings
 
-from .factories import T0, delay, delayed_vacuums, done, lock, vacuum
+from .factories import T0, delay, delayed_vacuums, done, lock, unchanged_vacuums, vacuum
 
 NOW = T0 + timedelta(hours=3)
 OVERDUE = timedelta(minutes=30)
+SETTINGS = load_settings(environ={}, overrides={"topic_prefix": "p."})
 
 
 def _two_of_one_key() -> tuple[Any, Any]:
@@ -173,3 +175,84 @@ def test_the_cleaners_own_delayed_vacuums_bytes_take_the_fast_path_and_give_the_
         (str(second.event_id), "overdue", 2),
     ]
     assert fast[0].stuck_since == T0 + timedelta(hours=1) and fast[1].vacuum_time == second.occurred_at
+
+
+def _records(events: list[Any]) -> list[RawRecord]:
+    records = []
+    for offset, event in enumerate(events):
+        out = encode(event)
+        topic = SETTINGS.topic(TOPIC_FIELD[type(event)])
+        records.append(RawRecord(topic, 0, offset, out.key, out.value, out.headers, 1_700_000_000_000 + offset))
+    return records
+
+
+def _fast_and_validated(records: list[RawRecord]) -> tuple[list[AuditRow], list[AuditRow], int]:
+    """The rows folded by the fast decoder and by the models, and how many records the fast one left them."""
+    decoder = FastDecoder(SETTINGS)
+    fast = fold(decoder.records(records))
+    return fast, fold(decode_records(records, SETTINGS)), decoder.fallbacks
+
+
+def test_a_vacuum_carried_on_unchanged_counts_the_checks_of_its_summary() -> None:
+    """An unchanged re-check writes each entry as it was (attempt 2) and counts itself in unchanged.checks."""
+    first, second = _two_of_one_key()
+    carried = unchanged_vacuums(first, second, attempt=2, checks=5)
+    assert [item.attempt for item in carried.waiting] == [2, 2]
+    fast, validated, fallbacks = _fast_and_validated(_records([first, carried]))
+    assert fallbacks == 0  # read by the fast decoder, not left to the models
+    assert _shown(fast) == _shown(validated)
+    assert [(row.vacuum_id, row.state, row.attempts) for row in fast] == [
+        (str(first.event_id), "waiting", 7),
+        (str(second.event_id), "waiting", 7),
+    ]
+    assert [row.attempts for row in fold([first, carried])] == [7, 7]
+    marks = build_timeline([first, second, carried], "sales.orders", "ds=1").marks
+    assert [mark.label for mark in marks if mark.kind == "wait"] == ["wait #7: 2 lock(s)", "wait #7: 1 lock(s)"]
+
+
+def test_a_later_unchanged_record_with_more_checks_is_the_latest() -> None:
+    first, second = _two_of_one_key()
+    written = unchanged_vacuums(first, second, attempt=2, checks=0)
+    later = unchanged_vacuums(
+        first,
+        second,
+        attempt=2,
+        checks=1,
+        occurred_at=written.occurred_at + timedelta(seconds=2),
+        due_at=written.due_at + timedelta(seconds=2),
+        causation_id=written.event_id,
+        merged_from=[written.event_id],
+    )
+    for events in ([written, later], [later, written]):
+        fast, validated, _ = _fast_and_validated(_records(events))
+        assert _shown(fast) == _shown(validated)
+        assert [(row.attempts, row.next_check_at) for row in fast] == [(3, later.due_at), (3, later.due_at)]
+
+
+def test_checks_carried_unchanged_outrank_a_delay_with_fewer_checks() -> None:
+    """The latest check is chosen by checks made first (cleaners' clocks may disagree): 2 + 5 beats 6."""
+    first, second = _two_of_one_key()
+    carried = unchanged_vacuums(first, second, attempt=2, checks=5)
+    skewed = delay(first, 6, locks_held=[lock(2)], occurred_at=carried.occurred_at + timedelta(minutes=1))
+    fast, validated, _ = _fast_and_validated(_records([carried, skewed]))
+    assert _shown(fast) == _shown(validated)
+    assert [(row.vacuum_id, row.attempts, row.next_check_at) for row in fast] == [
+        (str(first.event_id), 7, carried.due_at),
+        (str(second.event_id), 7, carried.due_at),
+    ]
+
+
+def test_a_summary_that_does_not_match_its_entries_is_a_rejection_row_both_ways() -> None:
+    first, second = _two_of_one_key()
+    carried = unchanged_vacuums(first, second, attempt=2, checks=5)
+    [vacuum_record, record] = _records([first, carried])
+    body = json.loads(record.value or b"")
+    body["unchanged"]["lock_ids"] = [1, 2]  # the second vacuum's lock 7 left out
+    damaged = RawRecord(record.topic, 0, 1, record.key, json.dumps(body).encode(), record.headers, record.timestamp_ms)
+    fast, validated, fallbacks = _fast_and_validated([vacuum_record, damaged])
+    assert fallbacks == 1  # the fast decoder leaves it to the models, which refuse it
+    assert _shown(fast) == _shown(validated)
+    [committed, refused] = sorted(fast, key=lambda row: row.state)
+    assert (committed.vacuum_id, committed.state, committed.attempts) == (str(first.event_id), "committed", 0)
+    assert refused.state == "rejected" and refused.table == "sales.orders"
+    assert "unchanged does not match the waiting vacuums: lock_ids must be [1, 2, 7]" in (refused.reason or "")

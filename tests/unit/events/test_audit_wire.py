@@ -26,6 +26,7 @@ from acidclean.consumers.audit_wire import (
     WireLock,
     WireRawHeader,
     WireSourceRecord,
+    WireUnchangedWaiting,
     WireWaitingVacuum,
 )
 from acidclean.schemas.common import LockSnapshotEntry, StrictModel, event_key
@@ -35,6 +36,7 @@ from acidclean.schemas.events import (
     RawHeader,
     RemovedDirectory,
     SourceRecord,
+    UnchangedWaiting,
     WaitingVacuum,
 )
 from acidclean.shared.bus.codec import encode
@@ -50,6 +52,8 @@ from .factories import (
     rejected,
     requested,
     started,
+    unchanged,
+    unchanged_vacuums,
     vacuum,
     vacuum_failed,
     vacuum_started,
@@ -140,7 +144,9 @@ def histories(draw: st.DrawFn) -> list[Any]:
 
 
 def _delayed(draw: st.DrawFn, vacuums: list[Any]) -> Any:
-    """A DelayedVacuums of these vacuums (one key), each with its own attempt, locks, error and stuck state."""
+    """A DelayedVacuums of these vacuums (one key), each with its own attempt, locks, error and stuck state;
+    when every vacuum waits on locks alone, sometimes with the ``unchanged`` summary of a few checks."""
+    lock_only = all(v.lock_snapshot for v in vacuums) and draw(st.booleans())
     waiting = []
     for v in vacuums:
         stuck = draw(st.booleans())
@@ -148,16 +154,17 @@ def _delayed(draw: st.DrawFn, vacuums: list[Any]) -> Any:
             WaitingVacuum(
                 vacuum=v,
                 attempt=draw(st.integers(1, 5)),
-                locks_held=v.lock_snapshot[: draw(st.integers(0, len(v.lock_snapshot)))],
-                check_error=draw(st.sampled_from([None, "thrift://hms:9083 timed out"])),
+                locks_held=v.lock_snapshot[: draw(st.integers(1 if lock_only else 0, len(v.lock_snapshot)))],
+                check_error=None if lock_only else draw(st.sampled_from([None, "thrift://hms:9083 timed out"])),
                 stuck=stuck,
                 stuck_since=v.occurred_at + timedelta(hours=1) if stuck else None,
-                open_txns=draw(st.lists(st.integers(1, 9), max_size=2)),
+                open_txns=[] if lock_only else draw(st.lists(st.integers(1, 9), max_size=2)),
             )
         )
     return delayed_vacuums(
         *vacuums,
         waiting=waiting,
+        unchanged=unchanged(waiting, draw(st.integers(0, 5))) if lock_only and draw(st.booleans()) else None,
         occurred_at=max(v.occurred_at for v in vacuums) + timedelta(seconds=draw(st.integers(1, 20))),
         merged_from=draw(st.lists(st.sampled_from([v.event_id for v in vacuums]), max_size=2)),
     )
@@ -224,9 +231,21 @@ def _stuck_without_since(waiting: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return waiting
 
 
+def _first_changed(waiting: list[dict[str, Any]], **changes: Any) -> list[dict[str, Any]]:
+    waiting[0].update(changes)
+    return waiting
+
+
 def _of_another_table(waiting: list[dict[str, Any]]) -> list[dict[str, Any]]:
     waiting[-1]["vacuum"]["table"] = "other.table"
     return waiting
+
+
+def _in_unchanged(record: RawRecord, change: Callable[[dict[str, Any]], dict[str, Any]]) -> RawRecord:
+    """The record with ``change`` made to its ``unchanged`` summary; one is made up where it has none."""
+    body = _body(record)
+    made_up = {"lock_ids": [1], "checks": 0, "oldest_commit": body["occurred_at"], "oldest_unstuck_commit": None}
+    return _with_body(record, _change(body, unchanged=change(dict(body.get("unchanged") or made_up))))
 
 
 def _correlated(record: RawRecord) -> RawRecord:
@@ -306,7 +325,26 @@ DAMAGES: dict[str, Callable[[RawRecord], RawRecord]] = {
     "waiting_of_another_table": lambda r: _in_waiting(r, _of_another_table),
     "waiting_twice": lambda r: _in_waiting(r, lambda waiting: waiting[:1] * 2),
     "waiting_none": lambda r: _in_waiting(r, lambda waiting: []),
+    "waiting_check_error": lambda r: _in_waiting(r, lambda waiting: _first_changed(waiting, check_error="timed out")),
+    "waiting_open_txns": lambda r: _in_waiting(r, lambda waiting: _first_changed(waiting, open_txns=[11])),
+    "waiting_no_locks_held": lambda r: _in_waiting(r, lambda waiting: _first_changed(waiting, locks_held=[])),
     "correlated": _correlated,
+    "unchanged_extra_lock": lambda r: _in_unchanged(r, lambda u: {**u, "lock_ids": [*u["lock_ids"], 99]}),
+    "unchanged_lock_ids_reversed": lambda r: _in_unchanged(r, lambda u: {**u, "lock_ids": u["lock_ids"][::-1]}),
+    "unchanged_no_lock_ids": lambda r: _in_unchanged(r, lambda u: {**u, "lock_ids": []}),
+    "unchanged_negative_checks": lambda r: _in_unchanged(r, lambda u: {**u, "checks": -1}),
+    "unchanged_checks_as_text": lambda r: _in_unchanged(r, lambda u: {**u, "checks": "1"}),
+    "unchanged_oldest_commit_east": lambda r: _in_unchanged(
+        r, lambda u: {**u, "oldest_commit": _east(u["oldest_commit"])}
+    ),
+    "unchanged_oldest_commit_later": lambda r: _in_unchanged(
+        r, lambda u: {**u, "oldest_commit": _body(r)["occurred_at"]}
+    ),
+    "unchanged_oldest_unstuck_east": lambda r: _in_unchanged(
+        r, lambda u: {**u, "oldest_unstuck_commit": _east(u["oldest_unstuck_commit"] or "")}
+    ),
+    "unchanged_oldest_unstuck_null": lambda r: _in_unchanged(r, lambda u: {**u, "oldest_unstuck_commit": None}),
+    "unchanged_unknown_field": lambda r: _in_unchanged(r, lambda u: {**u, "surprise": 1}),
     "merged_from_not_a_uuid": lambda r: _with_body(r, _change(_body(r), merged_from=["z" * 36])),
     "merged_from_upper_case": lambda r: _with_body(
         r, _change(_body(r), merged_from=[_body(r)["event_id"].upper(), *_body(r).get("merged_from", [])])
@@ -370,9 +408,10 @@ def test_undamaged_records_never_reach_the_models() -> None:
     v = vacuum()
     other = vacuum(occurred_at=T0 + timedelta(minutes=1), lock_snapshot=[lock(1)])
     merged = delayed_vacuums(v, other, attempt=2)
-    events = [v, delay(v, 1), merged, started(v), done(v), rejected(v)]
+    carried = unchanged_vacuums(v, other, attempt=2, checks=3)
+    events = [v, delay(v, 1), merged, carried, started(v), done(v), rejected(v)]
     decoder = FastDecoder(SETTINGS)
-    assert len(list(decoder.records(_records(events, [])))) == 6
+    assert len(list(decoder.records(_records(events, [])))) == 7
     assert decoder.fallbacks == 0
 
 
@@ -387,6 +426,20 @@ def test_every_damage_goes_to_the_models(damage: str) -> None:
     decoder = FastDecoder(SETTINGS)
     list(decoder.records(_records([v], [(0, damage)])))
     assert decoder.fallbacks == (0 if damage in READ_BY_BOTH else 1)
+
+
+UNCHANGED_DAMAGES = sorted(name for name in DAMAGES if name.startswith("unchanged_"))
+
+
+@pytest.mark.parametrize("damage", [*UNCHANGED_DAMAGES, "waiting_check_error", "waiting_open_txns"])
+def test_every_damage_to_an_unchanged_summary_goes_to_the_models(damage: str) -> None:
+    """Each breaks the summary (or only spells a time in another zone, which the models convert)."""
+    v = vacuum(lock_snapshot=[lock(1), lock(2)])
+    other = vacuum(occurred_at=T0 + timedelta(minutes=1))
+    decoder = FastDecoder(SETTINGS)
+    records = _records([unchanged_vacuums(v, other, attempt=2, checks=3)], [(0, damage)])
+    assert len(list(decoder.records(records))) == 1
+    assert decoder.fallbacks == 1
 
 
 def test_filtering_by_the_key_skips_other_tables_unread() -> None:
@@ -419,6 +472,7 @@ def _model_fields(model: type[StrictModel]) -> dict[str, bool]:
         *((EVENT_CLASS_BY_TYPE_NAME[name], struct) for name, struct in WIRE_STRUCTS.items()),
         (LockSnapshotEntry, WireLock),
         (WaitingVacuum, WireWaitingVacuum),
+        (UnchangedWaiting, WireUnchangedWaiting),
         (RemovedDirectory, WireDirectory),
         (SourceRecord, WireSourceRecord),
         (RawHeader, WireRawHeader),
@@ -441,6 +495,12 @@ def test_each_damage_to_each_kind_of_event_gives_the_validated_rows(damage: str)
     waiting = vacuum(table="hr.people", partition=None, occurred_at=T0 + timedelta(minutes=1))
     other = vacuum(occurred_at=T0 + timedelta(minutes=2))
     asked = requested()
+    all_stuck = [
+        WaitingVacuum(
+            vacuum=parked, attempt=3, locks_held=parked.lock_snapshot, stuck=True, stuck_since=T0 + timedelta(hours=1)
+        )
+        for parked in (v, other)
+    ]
     histories: list[list[Any]] = [
         [v, delay(v, 1), delay(v, 2, stuck=True, stuck_since=v.occurred_at), started(v, attempt=3), rejected(v)],
         [asked, vacuum_started(asked), vacuum_failed(asked)],
@@ -449,6 +509,8 @@ def test_each_damage_to_each_kind_of_event_gives_the_validated_rows(damage: str)
         [v, started(v), done(v)],
         [v, delay(v, 1), delayed_vacuums(v, other, attempt=2), done(v, attempts=3)],
         [delayed_vacuums(v, other, waiting=[*_waiting(v, other)], merged_from=[v.event_id, other.event_id])],
+        [v, other, unchanged_vacuums(v, other, attempt=2, checks=3), done(v, attempts=6)],
+        [delayed_vacuums(v, other, waiting=all_stuck, unchanged=unchanged(all_stuck, 1))],
     ]
     for history in histories:
         for position in range(len(history)):
