@@ -1225,7 +1225,9 @@ class CleanupHandler:
         by_key: dict[tuple[str, str, str | None], list[_Waiting]] = {}
         for item in waiting:
             by_key.setdefault(item.key, []).append(item)
-        unchanged_keys = Counter((item.group.tenant, item.group.table, item.group.partition) for item in unchanged)
+        unchanged_keys: Counter[tuple[str, str, str | None]] = Counter()
+        if unchanged:
+            unchanged_keys.update((item.group.tenant, item.group.table, item.group.partition) for item in unchanged)
         classic_by_key: dict[tuple[str, str, str | None], list[_Pending]] = {}
         for entry in pending:
             envelope = entry[2]

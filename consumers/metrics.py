@@ -32,8 +32,9 @@ class CleanerMetrics:
         r = self.registry
         self.events = Counter(
             "acidclean_cleaner_events",
-            "Events handled, by outcome (cleaned, delayed, dead_lettered, "
-            "table_dropped, skipped_other_tenant, dry_run, dropped: not even a dead letter could be built).",
+            "Events handled, by outcome (cleaned, delayed, dead_lettered, table_dropped, skipped_other_tenant, "
+            "dry_run, ready_in_group, carried_unread: delayed again unread, every lock still listed, "
+            "dropped: not even a dead letter could be built).",
             ["outcome"],
             registry=r,
         )

@@ -11,6 +11,8 @@ import uuid
 from datetime import timedelta
 from itertools import pairwise
 
+import pytest
+
 from acidclean.consumers.waiting import unchanged_checks_limit
 from acidclean.schemas.common import event_key
 from acidclean.schemas.events import MAX_UNCHANGED_CHECKS, CleanupRejected, DelayedVacuums
@@ -29,6 +31,8 @@ from .test_delayed_vacuums import (
     parked_group,
     three_waiting,
 )
+
+pytestmark = [pytest.mark.rule1, pytest.mark.rule5]
 
 KEY = event_key("acme", "sales.orders", "ds=2025-03-14")
 
