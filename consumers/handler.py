@@ -1416,7 +1416,9 @@ class CleanupHandler:
                     **fields,
                 )
             else:
-                log(LOGGER, logging.INFO, "not ready; delayed", **fields)
+                # The first wait at INFO, later re-checks at DEBUG (as for DelayedVacuums): a busy cluster
+                # re-checks tens of thousands an interval, and the delay topic and the metrics record each.
+                log(LOGGER, logging.INFO if envelope.attempt == 1 else logging.DEBUG, "not ready; delayed", **fields)
 
     def _done(
         self, processed: VacuumCommitted | DelayEnvelope, removed: Sequence[RemovedDirectory], note: str | None

@@ -29,7 +29,6 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cached_property
 
 import msgspec
 
@@ -193,9 +192,18 @@ class WaitingGroup:
     def key(self) -> str:
         return event_key(self.tenant, self.table, self.partition)
 
-    @cached_property
+    @property
     def members(self) -> tuple[Member, ...]:
-        """Every vacuum, read; raises :class:`UnreadableGroup` when they do not make a valid group."""
+        """Every vacuum, read once; raises :class:`UnreadableGroup` when they do not make a valid group.
+        (Not ``functools.cached_property``: on Python 3.11 it takes one lock shared by every instance,
+        which the worker threads queued on.)"""
+        members: tuple[Member, ...] | None = self.__dict__.get("_members")
+        if members is None:
+            members = self._read_members()
+            self.__dict__["_members"] = members
+        return members
+
+    def _read_members(self) -> tuple[Member, ...]:
         try:
             members = tuple(_member(entry) for entry in self.entries)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as error:
@@ -325,7 +333,7 @@ def read_envelope(record: RawRecord, tenant: str) -> WaitingGroup | None:
     if str(event_id) != wire.event_id or dict(record.headers).get("ce_id") != wire.event_id.encode():
         return None
     group = WaitingGroup(event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, (entry,), True)
-    group.__dict__["members"] = (member,)  # read above (cached_property's slot)
+    group.__dict__["_members"] = (member,)  # read above
     return group
 
 
@@ -398,7 +406,7 @@ def group_of_model(event: DelayedVacuums) -> WaitingGroup:
         tuple(wire.waiting),
         unchanged=None if wire.unchanged is None else _unchanged(wire.unchanged),
     )
-    group.__dict__["members"] = tuple(_member(entry) for entry in wire.waiting)  # the models checked them
+    group.__dict__["_members"] = tuple(_member(entry) for entry in wire.waiting)  # the models checked them
     return group
 
 

@@ -257,6 +257,7 @@ def measure(
 ) -> tuple[float, list[float]]:
     """Let the parked vacuums cycle for a few intervals, then report one window."""
     calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
+    carried = 'acidclean_cleaner_events_total{outcome="carried_unread"}'
     # Until the cleaner has taken in what was just published (every parked vacuum re-checked within
     # one interval): the report is of the steady state with that many parked; the time it took to
     # get there (the first check of every new vacuum, and its joining its table's record) is printed.
@@ -270,18 +271,21 @@ def measure(
         time.sleep(interval_s / 2)
     settled_s = time.time() - settle_started
     before = sum(scrape(port, calls) for _, port in cleaners)
+    carried_before = sum(scrape(port, carried) for _, port in cleaners)
     start = time.time()
     time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
     end = time.time()
     samples = watcher.window(start, end)
     made = sum(scrape(port, calls) for _, port in cleaners) - before
+    unread = sum(scrape(port, carried) for _, port in cleaners) - carried_before
     rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
     early = [late for late in samples if late < 0]
     per_interval = len(samples) / WINDOW_INTERVALS
     vacuums_per_interval = watcher.vacuums_in(start, end) / WINDOW_INTERVALS
     print(
         f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} delay records re-checked/interval carrying "
-        f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}): lateness p50 "
+        f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread / WINDOW_INTERVALS:,.0f} carried unread): "
+        "lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
         f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made / WINDOW_INTERVALS:.1f}; "
