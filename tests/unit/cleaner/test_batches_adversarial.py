@@ -620,6 +620,23 @@ class BatchedLoopMachine(RuleBasedStateMachine):
         self.consumer.append(V, number, event)
         self.expected.add(event.event_id)
 
+    @rule(number=st.integers(0, 1), count=st.integers(2, 4), checks=st.integers(1, 4))
+    def a_waiting_tables_record_checked_again_and_again(self, number: int, count: int, checks: int) -> None:
+        """Several vacuums of a locked table wait in one DelayedVacuums, read back and checked ``checks``
+        times while (as far as this rule goes) the reader keeps its lock: the checks carry the record on
+        unread, among whatever else the other rules do to the loop meanwhile."""
+        first = self._table(locked=True)
+        self.consumer.append(V, number, first)
+        self.expected.add(first.event_id)
+        lock_id = first.lock_snapshot[0].lock_id
+        for _ in range(count - 1):
+            self._later_vacuum(lock_id, number)
+        for _ in range(checks):
+            self.loop.step()
+            self.delay_topic_delivers()
+            self.rig.clock.advance(2.1)
+            self.loop.step()
+
     @rule(number=st.integers(0, 1), due_s=st.sampled_from([-1.0, 0.0, 0.3, 1.0, 2.0, 3.5]), locked=st.booleans())
     def envelope(self, number: int, due_s: float, locked: bool) -> None:
         parked = self._table(locked)
