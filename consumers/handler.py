@@ -61,6 +61,7 @@ from acidclean.consumers.waiting import (
     build_envelope,
     build_groups,
     carry_unchanged,
+    empty_group_shell,
     entry_of_envelope,
     group_of_model,
     still_waiting,
@@ -1112,19 +1113,8 @@ class CleanupHandler:
     @staticmethod
     def _group_outcome(group: WaitingGroup, due: datetime) -> DelayedVacuums:
         """The outcome of a group's check, for the loop's logs (the records it causes are built at flush)."""
-        return DelayedVacuums.model_construct(
-            schema_version=1,
-            event_id=group.event_id,
-            tenant=group.tenant,
-            table=group.table,
-            partition=group.partition,
-            occurred_at=group.occurred_at,
-            causation_id=None,
-            correlation_id=None,
-            due_at=due,
-            waiting=[],
-            merged_from=[],
-            unchanged=None,
+        return empty_group_shell(
+            group.event_id, group.tenant, group.table, group.partition, group.occurred_at, None, due
         )
 
     def _txn_rule(self, members: Sequence[Member]) -> bool:

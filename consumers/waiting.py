@@ -610,19 +610,34 @@ def _group_shell(
     wire: WireGroup, event_id: uuid.UUID, source: uuid.UUID, checked_at: datetime, due_at: datetime
 ) -> DelayedVacuums:
     """The model shell of ``wire`` (for the codec's headers and the logs), carrying its bytes."""
-    shell = DelayedVacuums.model_construct(
+    shell = empty_group_shell(event_id, wire.tenant, wire.table, wire.partition, checked_at, source, due_at)
+    shell.attach_wire_value(_ENCODER.encode(wire))
+    return shell
+
+
+def empty_group_shell(
+    event_id: uuid.UUID,
+    tenant: str,
+    table: str,
+    partition: str | None,
+    occurred_at: datetime,
+    causation_id: uuid.UUID | None,
+    due_at: datetime,
+) -> DelayedVacuums:
+    """A ``DelayedVacuums`` built without validation and without its vacuums: what the logs, the
+    codec's headers and the outcome bookkeeping read of one. Every field is given: model_construct
+    would otherwise call the default factories, which pydantic inspects on every call."""
+    return DelayedVacuums.model_construct(
         schema_version=1,
         event_id=event_id,
-        tenant=wire.tenant,
-        table=wire.table,
-        partition=wire.partition,
-        occurred_at=checked_at,
-        causation_id=source,
+        tenant=tenant,
+        table=table,
+        partition=partition,
+        occurred_at=occurred_at,
+        causation_id=causation_id,
         correlation_id=None,
         due_at=due_at,
         waiting=[],
         merged_from=[],
         unchanged=None,
     )
-    shell.attach_wire_value(_ENCODER.encode(wire))
-    return shell
