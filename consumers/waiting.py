@@ -200,8 +200,12 @@ class WaitingGroup:
         members: tuple[Member, ...] | None = self.__dict__.get("_members")
         if members is None:
             members = self._read_members()
-            self.__dict__["_members"] = members
+            self.knows_members(members)
         return members
+
+    def knows_members(self, members: tuple[Member, ...]) -> None:
+        """Keep ``members`` as the group's vacuums, read and checked by the caller."""
+        self.__dict__["_members"] = members  # a frozen dataclass: the cache bypasses its __setattr__
 
     def _read_members(self) -> tuple[Member, ...]:
         try:
@@ -333,7 +337,7 @@ def read_envelope(record: RawRecord, tenant: str) -> WaitingGroup | None:
     if str(event_id) != wire.event_id or dict(record.headers).get("ce_id") != wire.event_id.encode():
         return None
     group = WaitingGroup(event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, (entry,), True)
-    group.__dict__["_members"] = (member,)  # read above
+    group.knows_members((member,))
     return group
 
 
@@ -406,7 +410,7 @@ def group_of_model(event: DelayedVacuums) -> WaitingGroup:
         tuple(wire.waiting),
         unchanged=None if wire.unchanged is None else _unchanged(wire.unchanged),
     )
-    group.__dict__["_members"] = tuple(_member(entry) for entry in wire.waiting)  # the models checked them
+    group.knows_members(tuple(_member(entry) for entry in wire.waiting))  # the models checked them
     return group
 
 
