@@ -63,6 +63,7 @@ from acidclean.schemas.events import (
     VacuumStarted,
 )
 from acidclean.shared.acid.partition_names import may_be_same_partition
+from acidclean.shared.bus.bundle import BUNDLE_KEY_SUFFIX, is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import MessageLike, RawRecord, raw_record
@@ -593,7 +594,7 @@ def _record_time(record: RawRecord) -> datetime:
 def decode_records(records: Iterable[RawRecord], settings: Settings, reader_id: str = READER_ID) -> Iterator[Event]:
     """Decode records read from the audit topics with the event models; unreadable ones become rejections."""
     expected = _expected_classes(settings)
-    for record in records:
+    for record in (member for read in records for member in _members(read)):
         yield decode(
             record,
             rejected_by=reader_id,
@@ -601,6 +602,19 @@ def decode_records(records: Iterable[RawRecord], settings: Settings, reader_id: 
             expected=expected.get(record.topic),
             now=partial(_record_time, record),
         )
+
+
+def _members(record: RawRecord) -> Sequence[RawRecord]:
+    """A bundle's records, each read as if it had been published alone (the cleaner packs many waiting
+    tables' delay records in one), or the record itself (also when it is not a well-formed bundle: the
+    models then refuse it)."""
+    if record.key is None or not record.key.endswith(_BUNDLE_KEY_END):
+        return (record,)
+    bundle = unpack(record) if is_bundle(record.headers) else None
+    return (record,) if bundle is None else bundle.members
+
+
+_BUNDLE_KEY_END = b"/" + BUNDLE_KEY_SUFFIX.encode()
 
 
 def _expected_classes(settings: Settings) -> dict[str, tuple[type[EventBase], ...]]:
@@ -631,9 +645,10 @@ class FastDecoder:
     def records(self, records: Iterable[RawRecord]) -> Iterator[Event | WireEvent]:
         """Events of records already read (tests, and any caller that holds RawRecords)."""
         for record in records:
-            event = self._event(record)
-            if event is not None:
-                yield event
+            for member in _members(record):
+                event = self._event(member)
+                if event is not None:
+                    yield event
 
     def messages(self, batches: Iterable[Sequence[MessageLike]]) -> Iterator[Event | WireEvent]:
         """Events of batches of consumed ``confluent_kafka.Message`` objects."""
@@ -642,6 +657,9 @@ class FastDecoder:
         for batch in batches:
             for message in batch:
                 key = message.key()
+                if key is not None and key.endswith(_BUNDLE_KEY_END):  # type: ignore[arg-type]
+                    yield from self.records((raw_record(message),))
+                    continue
                 if table is not None and self._other_table(key):  # type: ignore[arg-type]
                     self.skipped += 1
                     continue

@@ -33,6 +33,7 @@ from typing import Literal, Protocol, TypeVar
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from acidclean.consumers.batch_tables import BatchTables, TableKey
+from acidclean.consumers.bundles import WaitingBundle
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
@@ -64,6 +65,7 @@ from acidclean.consumers.waiting import (
     empty_group_shell,
     entry_of_envelope,
     group_of_model,
+    read_group,
     still_waiting,
     unchanged_now,
     vacuum_id_of,
@@ -81,6 +83,7 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
+from acidclean.shared.bus.bundle import MAX_BUNDLE_RECORDS, Bundle, PrebuiltRecord, Republished, bundles_of, republished
 from acidclean.shared.bus.codec import decode, due_at_ms, fit_field, reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
@@ -165,6 +168,10 @@ class HandlerConfig:
     dry_run: bool = False
     lock_check_attempts: int = 3
     wait_for_open_txns: bool = True
+    # Waiting tables' DelayedVacuums carried on unread go on in bundles (one Kafka record for many
+    # tables of one delay partition) once a batch has at least bundle_min of one partition.
+    bundle_min: int = 8
+    bundle_max: int = MAX_BUNDLE_RECORDS
 
 
 @dataclass(frozen=True)
@@ -172,7 +179,7 @@ class Work:
     """One consumed record the loop handed over: its event (or the decoder's refusal) and position."""
 
     record: RawRecord
-    event: VacuumCommitted | DelayEnvelope | WaitingGroup | CleanupRejected
+    event: VacuumCommitted | DelayEnvelope | WaitingGroup | WaitingBundle | CleanupRejected
     generation: int = 0
     due_ms: int = 0
     received_ms: int = 0  # when the loop read it (for the lateness breakdown in debug logs)
@@ -190,6 +197,8 @@ class Work:
         """Works of one lane run one after the other; one table's events share a lane."""
         if isinstance(self.event, CleanupRejected):
             return "\x00dead-letters"
+        if isinstance(self.event, WaitingBundle):
+            return self.event.lane  # its own: each member goes on in its table's lane if it must be read
         return f"{self.event.tenant}/{self.event.table.lower()}"
 
 
@@ -277,14 +286,14 @@ class SharedCheck:
 
     def __init__(self, handler: CleanupHandler, read_by_ms: int = 0) -> None:
         self._handler = handler
-        self._read_by_ms = read_by_ms
+        self.read_by_ms = read_by_ms
         self._view: LockView | None = None
         self._locks_error: MetastoreError | None = None
         self._txns_error: MetastoreError | None = None
 
     def _answers(self) -> LockView:
         if self._view is None:
-            self._view = self._handler.lock_view(self._read_by_ms)
+            self._view = self._handler.lock_view(self.read_by_ms)
         return self._view
 
     def table_locks(self, table: str) -> list[LockInfo]:
@@ -337,7 +346,7 @@ class LockCallCosts:
 @dataclass(frozen=True)
 class _Outgoing:
     topic: str
-    event: EventBase
+    event: EventBase | PrebuiltRecord
     after: Callable[[], None]  # metrics and the log line, once the broker has it
 
 
@@ -362,12 +371,13 @@ class OutcomeBatch:
         self.outbox: list[_Outgoing] = []
         # Published event id -> ids of the outcomes it carries (a group's delays, a group's ready vacuums).
         self.carried_by: dict[str, set[str]] = {}
+        self.bundles: list[_BundleCheck] = []  # the checks of the bundles of this batch
 
-    def carry(self, published: EventBase, outcome_id: object) -> None:
+    def carry(self, published: EventBase | PrebuiltRecord, outcome_id: object) -> None:
         """``published`` carries (part of) the outcome whose event id is ``outcome_id``."""
         self.carried_by.setdefault(str(published.event_id), set()).add(str(outcome_id))
 
-    def carry_all(self, published: EventBase, outcome_ids: Iterable[str]) -> None:
+    def carry_all(self, published: EventBase | PrebuiltRecord, outcome_ids: Iterable[str]) -> None:
         """``published`` carries (part of) each of the outcomes ``outcome_ids``."""
         self.carried_by.setdefault(str(published.event_id), set()).update(outcome_ids)
 
@@ -404,6 +414,17 @@ class _Unchanged:
     checked_at: datetime
     due_at: datetime
     held_ids: set[int]  # the table's locks the check listed
+
+
+@dataclass(frozen=True)
+class _BundleCheck:
+    """One bundle's check: the groups it carries on unread (each with its next record) and the members
+    it publishes again on their own, to be read in full by their tables' lanes."""
+
+    partition: int  # the delay partition it was read from, where its members' keys belong
+    outcome_id: str
+    carried: list[tuple[GroupOut, _Unchanged]]
+    spilled: list[Republished]
 
 
 class TableLockCheck:
@@ -568,6 +589,9 @@ class CleanupHandler:
         # them. Any lock of their snapshots was taken before that check, so a lock list asked after it
         # may answer them (a record another process wrote only counts from when this one read it).
         self._own_checks: dict[str, int] = {}
+        # Bundles whose check's records the broker acknowledged (id -> when): a copy read again (a
+        # replay, a rewind) is not checked twice, or its members would go on twice, interval after interval.
+        self._bundles_checked: dict[str, int] = {}
         self._own_checks_lock = threading.Lock()
         self._pruned_ms = 0
         # Key -> due time (epoch ms) of the last delay record published for it: the loop lets a fresh
@@ -647,7 +671,7 @@ class CleanupHandler:
         with self._own_checks_lock:
             return self._own_checks.pop(str(event_id), None)
 
-    def _remember_checks(self, written: Sequence[tuple[EventBase, datetime]]) -> None:
+    def _remember_checks(self, written: Sequence[tuple[EventBase | PrebuiltRecord, datetime]]) -> None:
         now = self._now_ms()
         # Records are normally taken back within an interval or two; a cleaner behind its delay
         # partitions reads them later (each then forgotten when taken), and without its check time a
@@ -659,6 +683,7 @@ class CleanupHandler:
             if now - self._pruned_ms > self.config.interval_ms and len(self._own_checks) > 1000:
                 self._pruned_ms = now
                 self._own_checks = {key: at for key, at in self._own_checks.items() if at >= horizon}
+                self._bundles_checked = {key: at for key, at in self._bundles_checked.items() if at >= horizon}
                 # Keys whose last record is long past (cleaned, or now another process's) are dropped too.
                 self.chain_due = {key: due for key, due in self.chain_due.items() if due >= horizon}
 
@@ -725,6 +750,8 @@ class CleanupHandler:
             return self._dead_letter(event, locks)
         if isinstance(event, WaitingGroup):
             return self._handle_group(work, event, locks)
+        if isinstance(event, WaitingBundle):
+            return self._handle_bundle(work, event, locks)
         vacuum = vacuum_of(event)
         refusal = check_claims(vacuum)
         if refusal is not None:
@@ -813,14 +840,23 @@ class CleanupHandler:
             for item in outgoing
             if not self.config.dry_run or isinstance(item.event, CleanupDone)
         ]
+        carried, bundles = self._bundled(batch, carried)
         if not self.config.dry_run:
             items += [(self.config.topics.cleanup_delay, envelope) for pending in delays for _, _, envelope in pending]
             items += [(self.config.topics.cleanup_delay, out.event) for out, _ in groups]
             items += [(self.config.topics.cleanup_delay, out.event) for out, _ in carried]
+            items += [(self.config.topics.cleanup_delay, bundle) for bundle, _ in bundles]
+            items += [(self.config.topics.cleanup_delay, spill) for check in batch.bundles for spill in check.spilled]
         for out, members in groups:
             batch.carry_all(out.event, (member.outcome_id for member in members))
         for out, unread in carried:
             batch.carry(out.event, unread.group.event_id)
+        for bundle, packed in bundles:
+            batch.carry_all(bundle, (outcome_id for _, _, outcome_id in packed))
+        checks, batch.bundles = batch.bundles, []
+        for check in checks:
+            for spill in check.spilled:
+                batch.carry(spill, check.outcome_id)
         failed = self._publish_isolating(items)
         for item in outgoing:
             if str(item.event.event_id) not in failed:
@@ -842,6 +878,14 @@ class CleanupHandler:
                 self._carried_published(out, unread)
                 self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
                 self._remember_checks([(out.event, unread.checked_at)])
+        for bundle, packed in bundles:
+            if str(bundle.event_id) not in failed:
+                # No chain_due for its keys: a fresh vacuum of such a table is checked at once, alone.
+                for out, unread, _ in packed:
+                    self._carried_published(out, unread)
+                self._metrics.events.labels("bundled").inc(len(packed))
+                self._remember_checks([(bundle, min(unread.checked_at for _, unread, _ in packed))])
+        self._bundles_acknowledged(checks, failed, batch)
         # An outcome that went out inside another record fails with it: a work is finished only once
         # every record carrying its outcome was acknowledged.
         for published, outcome_ids in batch.carried_by.items():
@@ -854,7 +898,66 @@ class CleanupHandler:
             self._crash.reached("after-done")
         return failed
 
-    def _publish_isolating(self, items: Sequence[tuple[str, EventBase]]) -> dict[str, BusError]:
+    def _bundles_acknowledged(
+        self, checks: Sequence[_BundleCheck], failed: dict[str, BusError], batch: OutcomeBatch
+    ) -> None:
+        """Remember the bundles whose every record the broker took: a copy read again is skipped."""
+        if not checks:
+            return
+        refused = {
+            outcome_id for published, ids in batch.carried_by.items() if published in failed for outcome_id in ids
+        }
+        now = self._now_ms()
+        with self._own_checks_lock:
+            for check in checks:
+                if check.outcome_id not in refused and check.outcome_id not in failed:
+                    self._bundles_checked[check.outcome_id] = now
+
+    def _bundled(
+        self, batch: OutcomeBatch, carried: list[tuple[GroupOut, _Unchanged]]
+    ) -> tuple[list[tuple[GroupOut, _Unchanged]], list[tuple[Bundle, list[tuple[GroupOut, _Unchanged, str]]]]]:
+        """The groups carried on unread that go on in bundles, by the delay partition their records
+        were read from (at least ``bundle_min`` of one partition, or any carried by a bundle's check,
+        at most ``bundle_max`` a bundle), and those that go on alone."""
+        by_partition: dict[int, list[tuple[GroupOut, _Unchanged, str]]] = {}
+        alone: list[tuple[GroupOut, _Unchanged]] = []
+        for out, unread in carried:
+            if unread.group.read_from is None:
+                alone.append((out, unread))
+            else:
+                by_partition.setdefault(unread.group.read_from, []).append((out, unread, str(unread.group.event_id)))
+        from_bundles: set[int] = set()
+        packed_ids = {str(out.event.event_id) for entries in by_partition.values() for out, _, _ in entries}
+        for check in batch.bundles:
+            if check.carried:
+                from_bundles.add(check.partition)
+            for out, unread in check.carried:
+                # The same group twice (two copies of one bundle, or a forged one) goes on once.
+                if str(out.event.event_id) not in packed_ids:
+                    packed_ids.add(str(out.event.event_id))
+                    by_partition.setdefault(check.partition, []).append((out, unread, check.outcome_id))
+        bundles: list[tuple[Bundle, list[tuple[GroupOut, _Unchanged, str]]]] = []
+        for partition, packed in by_partition.items():
+            if len(packed) < max(1, self.config.bundle_min) and partition not in from_bundles:
+                alone.extend((out, unread) for out, unread, _ in packed)
+                continue
+            made = bundles_of(
+                [out.event for out, _, _ in packed],
+                tenant=self.config.tenant,
+                partition=partition,
+                source_id=packed[0][0].event.event_id,
+                occurred_at=min(unread.checked_at for _, unread, _ in packed),
+                oldest_commit=min(unread.group.oldest_commit for _, unread, _ in packed),
+                max_records=max(1, self.config.bundle_max),
+            )
+            start = 0
+            for bundle in made:
+                count = len(bundle.members)
+                bundles.append((bundle, packed[start : start + count]))
+                start += count
+        return alone, bundles
+
+    def _publish_isolating(self, items: Sequence[tuple[str, EventBase | PrebuiltRecord]]) -> dict[str, BusError]:
         """``publish_many(items)``; if the broker refuses the batch, each item again on its own: the
         ``BusError`` of each one it still does not take, by event id."""
         if not items:
@@ -949,7 +1052,7 @@ class CleanupHandler:
         """Dead-letter an event whose handling failed ``tries`` times with ``error`` (not a ``BusError``):
         the rejection names the event and the error. Returns once acknowledged (raises ``BusError`` if not)."""
         event = work.event
-        processed = None if isinstance(event, CleanupRejected | WaitingGroup) else event
+        processed = None if isinstance(event, CleanupRejected | WaitingGroup | WaitingBundle) else event
         what = (
             "the dead letter of a refused record"
             if isinstance(event, CleanupRejected)
@@ -1059,6 +1162,48 @@ class CleanupHandler:
         for member in ready:
             self._leave_group(work, group, member, now, locks)
         return Outcome("delayed", self._group_outcome(group, due), deferred=True)
+
+    def _handle_bundle(self, work: Work, bundle: WaitingBundle, locks: TableLockCheck) -> Outcome:
+        """One check of a bundle of waiting tables: every member group whose ``unchanged`` locks are all
+        still listed is carried on unread into the next bundle of this partition; every other member
+        (a lock gone, its summary's check limit reached, about to be stuck, unreadable, not a group, or
+        a metastore that does not answer) is published again on its own, due at once, to be read and
+        checked in full by its table's lane. Nothing here cleans or refuses anything."""
+        now = self._clock.now()
+        due = locks.due(now, self.config.interval_ms)
+        shell = empty_group_shell(bundle.event_id, bundle.tenant, "", None, bundle.occurred_at, None, due)
+        with self._own_checks_lock:
+            replayed = str(bundle.event_id) in self._bundles_checked
+        if replayed:
+            self._metrics.events.labels("bundle_replayed").inc()
+            log(LOGGER, logging.DEBUG, "bundle already checked, its records acknowledged: skipped", **_ids(bundle))
+            return Outcome("delayed", shell)
+        own_batch = locks.batch is None
+        batch = self.batch(1) if locks.batch is None else locks.batch
+        held: set[int] | None
+        try:
+            held = {lock.lock_id for lock in batch.check.all_locks()}
+        except MetastoreError:
+            held = None  # fail closed: each member is checked in full, which records why it waits
+        carried: list[tuple[GroupOut, _Unchanged]] = []
+        spilled: list[Republished] = []
+        for member in bundle.members:
+            group = read_group(member, self.config.tenant) if _is_group(member) else None
+            if held is not None and group is not None and unchanged_now(group, held, now, self.config.max_wait_s):
+                carried.append((carry_unchanged(group, checked_at=now, due_at=due), _Unchanged(group, now, due, held)))
+            else:
+                spilled.append(republished(member))
+        batch.bundles.append(_BundleCheck(work.record.partition, str(bundle.event_id), carried, spilled))
+        # A spilled member's vacuums all committed before the check that wrote the bundle: a lock list
+        # asked after that check (as this one was) may answer it.
+        read_by = datetime.fromtimestamp(batch.check.read_by_ms / 1000, timezone.utc)
+        self._remember_checks([(item, read_by) for item in spilled])
+        if not own_batch:
+            return Outcome("delayed", shell, deferred=True)
+        failed = self.flush_batch(batch)
+        if failed:
+            raise next(iter(failed.values()))
+        return Outcome("delayed", shell)
 
     def _still_waiting(
         self,
@@ -1769,6 +1914,17 @@ def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> 
         if written is not None and written > latest:
             latest = written
     return latest + COMMIT_MARGIN
+
+
+_GROUP_TYPE = DelayedVacuums.event_type.encode()
+
+
+def _ids(bundle: WaitingBundle) -> dict[str, object]:
+    return {"event_id": bundle.event_id, "members": len(bundle.members)}
+
+
+def _is_group(record: RawRecord) -> bool:
+    return any(name == "ce_type" and value == _GROUP_TYPE for name, value in record.headers)
 
 
 def _attempt(processed: VacuumCommitted | DelayEnvelope) -> int:

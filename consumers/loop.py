@@ -65,12 +65,14 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from acidclean.consumers.bundles import WaitingBundle, read_bundle
 from acidclean.consumers.handler import CleanupHandler, Outcome, Work
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.scheduling import clamp_due_ms, due_time_problem, poll_timeout_s
 from acidclean.consumers.waiting import WaitingGroup, group_of_model, read_envelope, read_group
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
+from acidclean.shared.bus.bundle import BUNDLE_TYPE
 from acidclean.shared.bus.codec import CE_TYPE, decode, due_at_ms, header_due_at_ms, reject
 from acidclean.shared.bus.records import RawRecord, raw_record
 from acidclean.shared.errors import BusError
@@ -79,6 +81,7 @@ LOGGER = logging.getLogger("acidclean.cleaner")
 Partition = tuple[str, int]
 _GROUP_TYPE = DelayedVacuums.event_type.encode()
 _ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
+_BUNDLE_TYPE = BUNDLE_TYPE.encode()
 LATE_MS = 100  # re-checks later than this are logged (DEBUG) with where the time went
 _NEVER = 1 << 62  # a deadline no clock reaches
 
@@ -381,12 +384,17 @@ class CleanerLoop:
                 event = read_group(record, self.config.tenant)
             elif ce_type == _ENVELOPE_TYPE:
                 event = read_envelope(record, self.config.tenant)
+            elif ce_type == _BUNDLE_TYPE:
+                bundle_due = header_due_at_ms(record)
+                if bundle_due is not None:
+                    due_at = datetime.fromtimestamp(bundle_due / 1000, timezone.utc)
+                    event = read_bundle(record, self.config.tenant, due_at)
         if event is None:
             expected = (DelayEnvelope, DelayedVacuums) if on_delay_topic else (VacuumCommitted,)
             event = decode(record, rejected_by=self.config.cleaner_id, tenant=self.config.tenant, expected=expected)
             if isinstance(event, DelayedVacuums):
                 event = group_of_model(event)
-        if not isinstance(event, DelayEnvelope | WaitingGroup):
+        if not isinstance(event, DelayEnvelope | WaitingGroup | WaitingBundle):
             assert isinstance(event, VacuumCommitted | CleanupRejected)
             return Work(record, event, generation, 0, now)
         due = header_due_at_ms(record)
@@ -798,7 +806,7 @@ class CleanerLoop:
             )
             dropped = (
                 work.event
-                if not isinstance(work.event, WaitingGroup)
+                if not isinstance(work.event, WaitingGroup | WaitingBundle)
                 else reject(
                     work.record,
                     "other",
@@ -865,7 +873,7 @@ class CleanerLoop:
         state.in_flight.discard(work.offset)
         state.tracked.pop(work.offset, None)
         if item.outcome.kind in ("cleaned", "table_dropped", "dead_lettered", "dry_run", "dropped") and not isinstance(
-            work.event, CleanupRejected | WaitingGroup
+            work.event, CleanupRejected | WaitingGroup | WaitingBundle
         ):
             with self._pending_lock:
                 self._pending.pop(work.lane, None)
@@ -1071,9 +1079,9 @@ def _unheld_key(state: PartitionState, key: str) -> None:
         del state.held_keys[key]
 
 
-def _committed_at(event: VacuumCommitted | DelayEnvelope | WaitingGroup) -> datetime:
+def _committed_at(event: VacuumCommitted | DelayEnvelope | WaitingGroup | WaitingBundle) -> datetime:
     """When the (oldest) vacuum of an event committed."""
-    if isinstance(event, WaitingGroup):
+    if isinstance(event, WaitingGroup | WaitingBundle):
         return event.oldest_commit
     return (event.vacuum if isinstance(event, DelayEnvelope) else event).occurred_at
 
@@ -1084,7 +1092,7 @@ def _read_by_ms(work: Work, handler: Any) -> int:
     anything else (whatever its fields say: another host's clock, or a forged record), when this
     loop read it."""
     event = work.event
-    if isinstance(event, DelayEnvelope | WaitingGroup):
+    if isinstance(event, DelayEnvelope | WaitingGroup | WaitingBundle):
         checked_at: int | None = getattr(handler, "take_checked_at_ms", lambda _: None)(event.event_id)
         if checked_at is not None:
             return min(work.received_ms, checked_at)

@@ -19,6 +19,7 @@ from acidclean.schemas.events import (
     VacuumRequested,
     VacuumStarted,
 )
+from acidclean.shared.bus.bundle import is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
@@ -56,10 +57,14 @@ def read_timeline(settings: Settings, table: str, partition: str | None = None) 
     reader = LogReader(settings.kafka, list(expected))
     events: list[TimelineEvent] = []
     for message in reader:
-        record = raw_record(message)
-        event = decode(record, rejected_by="acidclean-plot", tenant=settings.tenant, expected=expected[record.topic])
-        if isinstance(event, TIMELINE_CLASSES):
-            events.append(cast(TimelineEvent, event))
+        read = raw_record(message)
+        bundle = unpack(read) if is_bundle(read.headers) else None
+        for record in (read,) if bundle is None else bundle.members:
+            event = decode(
+                record, rejected_by="acidclean-plot", tenant=settings.tenant, expected=expected[record.topic]
+            )
+            if isinstance(event, TIMELINE_CLASSES):
+                events.append(cast(TimelineEvent, event))
     return build_timeline(events, table, partition)
 
 

@@ -185,6 +185,9 @@ class WaitingGroup:
     # the models' path as soon as it may be ready.
     single: bool = False
     unchanged: Unchanged | None = None
+    # The delay partition its record was read from (None: decoded by the models): a group carried on
+    # unread may go on in a bundle of that partition, where its key's records are.
+    read_from: int | None = None
     event_type = DelayedVacuums.event_type
     correlation_id = None
 
@@ -263,7 +266,15 @@ def read_group(record: RawRecord, tenant: str) -> WaitingGroup | None:
     if str(event_id) != wire.event_id or dict(record.headers).get("ce_id") != wire.event_id.encode():
         return None
     group = WaitingGroup(
-        event_id, wire.tenant, wire.table, wire.partition, occurred_at, due_at, entries, unchanged=unchanged
+        event_id,
+        wire.tenant,
+        wire.table,
+        wire.partition,
+        occurred_at,
+        due_at,
+        entries,
+        unchanged=unchanged,
+        read_from=record.partition,
     )
     if group.may_carry_unread:
         # Its vacuums are read only if a check needs them (UnreadableGroup: the models decide then);

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import Event
-from acidclean.shared.bus.codec import DEFAULT_SOURCE, decode, encode
+from acidclean.shared.bus.bundle import PrebuiltRecord, is_bundle, unpack
+from acidclean.shared.bus.codec import DEFAULT_SOURCE, decode
+from acidclean.shared.bus.producer import outgoing
 from acidclean.shared.bus.protocol import Delivery
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import BusError
@@ -36,13 +38,14 @@ class InMemoryBus:
     def publish(self, topic: str, event: EventBase) -> Delivery:
         return self.publish_many([(topic, event)])[0]
 
-    def publish_many(self, items: Sequence[tuple[str, EventBase]]) -> list[Delivery]:
+    def publish_many(self, items: Sequence[tuple[str, EventBase | PrebuiltRecord]]) -> list[Delivery]:
         if self._failures:
             raise self._failures.pop(0)
         deliveries = []
         for topic, event in items:
-            out = encode(event, source=self.source)
-            partition = zlib.crc32(out.key) % self.partitions
+            out = outgoing(event, self.source)
+            # librdkafka's default partitioner (consistent_random): CRC32 of the key.
+            partition = out.partition if out.partition is not None else zlib.crc32(out.key) % self.partitions
             stored = self.records.setdefault(topic, [])
             offset = self._next_offset[(topic, partition)]
             self._next_offset[(topic, partition)] += 1
@@ -51,5 +54,14 @@ class InMemoryBus:
         return deliveries
 
     def events(self, topic: str) -> list[Event]:
-        """Every event published to ``topic``, decoded again, in publish order."""
-        return [decode(record, rejected_by="in-memory-bus", tenant="default") for record in self.records.get(topic, [])]
+        """Every event published to ``topic``, decoded again, in publish order (a bundle's members in
+        its place)."""
+        return [decode(record, rejected_by="in-memory-bus", tenant="default") for record in self.unbundled(topic)]
+
+    def unbundled(self, topic: str) -> list[RawRecord]:
+        """The records of ``topic`` in publish order, each bundle replaced by its members."""
+        records: list[RawRecord] = []
+        for record in self.records.get(topic, []):
+            bundle = unpack(record) if is_bundle(record.headers) else None
+            records.extend(bundle.members if bundle is not None else (record,))
+        return records

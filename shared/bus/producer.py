@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from acidclean.schemas.common import EventBase
+from acidclean.shared.bus.bundle import PrebuiltRecord
 from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.bus.codec import DEFAULT_SOURCE, encode
 from acidclean.shared.bus.kafka_errors import AUTHORIZATION_CODES, KafkaAccessDeniedError, configuration_error, refused
@@ -60,6 +61,7 @@ class ProducerLike(Protocol):
         *,
         on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
         headers: list[tuple[str, str | bytes | None]] | None = None,
+        partition: int = -1,
     ) -> None: ...
     def poll(self, timeout: float) -> int: ...
     def flush(self, timeout: float) -> int: ...
@@ -83,6 +85,11 @@ def producer_config(kafka: Mapping[str, str], *, delivery_timeout_s: float) -> d
 
 # librdkafka already waited topic.metadata.propagation.max.ms before reporting these: the topic is missing.
 MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+def outgoing(event: EventBase | PrebuiltRecord, source: str) -> OutgoingRecord:
+    """The record to produce for ``event``: encoded from the model, or built already (a bundle)."""
+    return event.outgoing(source) if isinstance(event, PrebuiltRecord) else encode(event, source=source)
 
 
 def is_retriable(error: KafkaError) -> bool:
@@ -124,7 +131,7 @@ class _NotYetDelivered(Exception):
 @dataclass
 class _Pending:
     topic: str
-    event: EventBase
+    event: EventBase | PrebuiltRecord
     record: OutgoingRecord
     delivery: Delivery | None = None
     error: KafkaError | None = None
@@ -153,8 +160,8 @@ class KafkaEventBus:
     def publish(self, topic: str, event: EventBase) -> Delivery:
         return self.publish_many([(topic, event)])[0]
 
-    def publish_many(self, items: Sequence[tuple[str, EventBase]]) -> list[Delivery]:
-        pending = [_Pending(topic, event, encode(event, source=self._source)) for topic, event in items]
+    def publish_many(self, items: Sequence[tuple[str, EventBase | PrebuiltRecord]]) -> list[Delivery]:
+        pending = [_Pending(topic, event, outgoing(event, self._source)) for topic, event in items]
         retrying = Retrying(
             stop=stop_after_delay(self._total_timeout_s),
             wait=wait_exponential(multiplier=0.1, max=2.0),
@@ -224,6 +231,7 @@ class KafkaEventBus:
                 reports.served()
 
         record = item.record
+        placed = {} if record.partition is None else {"partition": record.partition}
         while True:
             try:
                 self._producer.produce(
@@ -232,6 +240,7 @@ class KafkaEventBus:
                     key=record.key,
                     headers=[(name, value) for name, value in record.headers],
                     on_delivery=on_delivery,
+                    **placed,
                 )
                 return
             except BufferError:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from acidclean.schemas.common import EventBase
+from acidclean.shared.bus.bundle import PrebuiltRecord
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class EventBus(Protocol):
         """Publish one event; block until the broker has it."""
         ...
 
-    def publish_many(self, items: Sequence[tuple[str, EventBase]]) -> list[Delivery]:
-        """Publish several events (in order per key); block until the broker has all of them."""
+    def publish_many(self, items: Sequence[tuple[str, EventBase | PrebuiltRecord]]) -> list[Delivery]:
+        """Publish several events (in order per key; a prebuilt record such as a bundle as it was
+        built, to its own partition when it names one); block until the broker has all of them."""
         ...

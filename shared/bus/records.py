@@ -20,6 +20,7 @@ class OutgoingRecord:
     key: bytes
     value: bytes
     headers: tuple[tuple[str, bytes], ...]
+    partition: int | None = None  # None: the producer's partitioner picks it from the key
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,9 @@ from confluent_kafka import Consumer, TopicPartition
 from acidclean.deploy.local.process import free_port
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import VacuumCommitted
+from acidclean.shared.bus.bundle import BUNDLE_TYPE, unpack
 from acidclean.shared.bus.producer import KafkaEventBus
+from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.lock_entries import snapshot_entry
@@ -114,6 +116,7 @@ class HeaderWatcher(threading.Thread):
         self.lateness: list[tuple[float, float]] = []  # (re-checked at, lateness s)
         self.carried: list[tuple[float, int]] = []  # (re-checked at, vacuums the record carries)
         self.envelopes = 0
+        self.bundles = 0
         self.done = 0
         self.last_done_at = 0.0
         self.stop_flag = threading.Event()
@@ -130,18 +133,30 @@ class HeaderWatcher(threading.Thread):
                         self.last_done_at = time.time()
                     continue
                 self.envelopes += 1
-                due = int.from_bytes(headers["x-due-at"], "big", signed=True)
-                # A DelayedVacuums carries several waiting vacuums (counted without parsing the value).
-                carried = 1 if headers.get("ce_type") != GROUP_TYPE else (message.value() or b"").count(VACUUM_FIELD)
-                # A replayed record (after a rebalance) publishes its envelope again under the same id,
-                # due later; readers drop such duplicates, so the first copy is the one that counts.
-                self.due.setdefault(headers["ce_id"], due)
-                previous = self.due.pop(headers.get("causation_id", b""), None)
-                if previous is not None:
-                    at = datetime.fromisoformat(headers["ce_time"].decode()).timestamp()
-                    self.lateness.append((at, at - previous / 1000))
-                    self.carried.append((at, carried))
+                if headers.get("ce_type") == BUNDLE_TYPE.encode():
+                    # Many tables' records in one: each member counts as the record it would be alone.
+                    bundle = unpack(raw_record(message))
+                    assert bundle is not None
+                    self.bundles += 1
+                    for member in bundle.members:
+                        self.delay_record({name: value for name, value in member.headers if value}, member.value)
+                    continue
+                self.delay_record(headers, message.value())
         self.consumer.close()
+
+    def delay_record(self, headers: dict[str, bytes], value: bytes | None) -> None:
+        """One delay record's due time, and the lateness of the re-check that wrote it."""
+        due = int.from_bytes(headers["x-due-at"], "big", signed=True)
+        # A DelayedVacuums carries several waiting vacuums (counted without parsing the value).
+        carried = 1 if headers.get("ce_type") != GROUP_TYPE else (value or b"").count(VACUUM_FIELD)
+        # A replayed record (after a rebalance) publishes its envelope again under the same id, due
+        # later; readers drop such duplicates, so the first copy is the one that counts.
+        self.due.setdefault(headers["ce_id"], due)
+        previous = self.due.pop(headers.get("causation_id", b""), None)
+        if previous is not None:
+            at = datetime.fromisoformat(headers["ce_time"].decode()).timestamp()
+            self.lateness.append((at, at - previous / 1000))
+            self.carried.append((at, carried))
 
     def window(self, start: float, end: float) -> list[float]:
         return [late for at, late in list(self.lateness) if start <= at < end]
@@ -272,9 +287,12 @@ def measure(
     settled_s = time.time() - settle_started
     before = sum(scrape(port, calls) for _, port in cleaners)
     carried_before = sum(scrape(port, carried) for _, port in cleaners)
+    records_before, bundles_before = watcher.envelopes, watcher.bundles
     start = time.time()
     time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
     end = time.time()
+    kafka_records = (watcher.envelopes - records_before) / WINDOW_INTERVALS
+    bundles = (watcher.bundles - bundles_before) / WINDOW_INTERVALS
     samples = watcher.window(start, end)
     made = sum(scrape(port, calls) for _, port in cleaners) - before
     unread = sum(scrape(port, carried) for _, port in cleaners) - carried_before
@@ -284,7 +302,8 @@ def measure(
     vacuums_per_interval = watcher.vacuums_in(start, end) / WINDOW_INTERVALS
     print(
         f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} delay records re-checked/interval carrying "
-        f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread / WINDOW_INTERVALS:,.0f} carried unread): "
+        f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread / WINDOW_INTERVALS:,.0f} carried unread) in "
+        f"{kafka_records:,.0f} Kafka records ({bundles:,.0f} bundles): "
         "lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "

@@ -327,6 +327,7 @@ class Rig:
     # Write each handled vacuum's marker into its new directories that exist, as its vacuum would
     # have; the tests of forged events turn it off.
     mark_vacuum_output: bool = True
+    bundle_min: int = 8  # HandlerConfig.bundle_min: waiting tables of one partition a bundle needs
 
     def __post_init__(self) -> None:
         self.handler = CleanupHandler(
@@ -337,6 +338,7 @@ class Rig:
                 max_wait_s=self.max_wait_s,
                 topics=TOPICS,
                 dry_run=self.dry_run,
+                bundle_min=self.bundle_min,
             ),
             metastore=lambda: self.metastore,
             bus=lambda: self.bus,

@@ -27,7 +27,9 @@ from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import base_name, delta_name
+from acidclean.shared.bus.bundle import is_bundle, unpack
 from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import BusError
 from acidclean.shared.metastore import LockInfo
 
@@ -90,11 +92,20 @@ def answered(rig: Rig) -> set[uuid.UUID]:
 
 def unanswered_below_commit(rig: Rig, consumer: FakeConsumer) -> list[tuple[str, int, int]]:
     """Records below their partition's committed offset whose outcome the broker does not have: each one
-    is a record a restart would never read again (lost)."""
+    is a record a restart would never read again (lost). A bundle's outcome is each member's: carried
+    on in a later record (``merged_from``), or published again on its own."""
     have = answered(rig)
+    alone = {dict(r.headers).get("ce_id") for r in rig.bus.records.get(D, []) if not is_bundle(r.headers)}
     lost = []
     for (topic, number), log in consumer.logs.items():
         for record in log[: consumer.committed.get((topic, number), 0)]:
+            bundle = unpack(record) if is_bundle(record.headers) else None
+            if bundle is not None:
+                for member in bundle.members:
+                    event = decode(member, rejected_by="test", tenant="acme")
+                    if event.event_id not in have and str(event.event_id).encode() not in alone:
+                        lost.append((topic, number, record.offset))
+                continue
             event = decode(record, rejected_by="test", tenant="acme")
             if isinstance(event, CleanupRejected):
                 continue
@@ -540,9 +551,11 @@ class BatchedLoopMachine(RuleBasedStateMachine):
     holds its lock, nothing is handed over before its due time, no offset is committed past a record
     whose outcome the broker does not have; at the end, every vacuum is cleaned, nothing twice."""
 
+    bundle_min = 8  # HandlerConfig.bundle_min: the default (a history of few tables makes no bundle)
+
     def __init__(self) -> None:
         super().__init__()
-        self.rig = Rig()
+        self.rig = Rig(bundle_min=self.bundle_min)
         self.consumer = FakeConsumer(self.rig.clock)
         self.tables = itertools.count()
         self.handled = Handled(self.rig)
@@ -649,14 +662,21 @@ class BatchedLoopMachine(RuleBasedStateMachine):
 
     @rule()
     def delay_topic_delivers(self) -> None:
-        self.delay_topic_delivers_some(len(self.rig.published(D)))
+        self.delay_topic_delivers_some(len(self.rig.bus.records.get(D, [])))
 
     @rule(count=st.integers(1, 3))
     def delay_topic_delivers_some(self, count: int) -> None:
         """The first ``count`` records not delivered yet, in order: a cleaner behind its delay partitions
-        reads its records late, a table's several records far apart."""
-        published = self.rig.published(D)
-        for event in published[self.delivered : self.delivered + count]:
+        reads its records late, a table's several records far apart. A record goes to its table's
+        partition; a bundle to the one it was published to (its members' tables')."""
+        published = self.rig.bus.records.get(D, [])
+        for record in published[self.delivered : self.delivered + count]:
+            if is_bundle(record.headers):
+                log = self.consumer.logs.setdefault((D, record.partition), [])
+                log.append(RawRecord(D, record.partition, len(log), record.key, record.value, record.headers))
+                continue
+            event = decode(record, rejected_by="test", tenant="acme")
+            assert not isinstance(event, CleanupRejected)
             self.consumer.append(D, zlib.crc32(event.table.encode()) % 2, event)
         self.delivered = min(len(published), self.delivered + count)
 
@@ -736,3 +756,15 @@ BatchedLoopMachine.TestCase.settings = settings(
     max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_batched_loop_histories_lose_nothing_and_never_run_early = BatchedLoopMachine.TestCase
+
+
+class BundledLoopMachine(BatchedLoopMachine):
+    """The same histories with every waiting table carried on unread going on in a bundle (even alone),
+    so bundles are checked, carried, replayed, refused by the broker and spill members under every
+    interleaving the rules make."""
+
+    bundle_min = 1
+
+
+BundledLoopMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_bundled_loop_histories_lose_nothing_and_never_run_early = BundledLoopMachine.TestCase

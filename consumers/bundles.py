@@ -1,0 +1,57 @@
+"""A bundle of waiting tables' ``DelayedVacuums`` as the cleaner's loop reads it (see
+:mod:`acidclean.shared.bus.bundle` for the wire format, and ``CleanupHandler._handle_bundle`` for
+its check).
+
+The loop hands a bundle over as one work item, due at the latest due time of its members. Its check
+carries on, in a new bundle of the same partition, every member whose ``unchanged`` locks are all
+still listed (:func:`acidclean.consumers.waiting.unchanged_now`: only ever "still waiting"), and
+publishes every other member again on its own, byte for byte, due at once: that record is then read,
+checked in full and cleaned by the usual path of its table's lane. Nothing in a bundle is ever
+cleaned, refused or trusted without that path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from acidclean.shared.bus.bundle import BUNDLE_TYPE, ReadBundle, unpack
+from acidclean.shared.bus.records import RawRecord
+
+
+@dataclass(frozen=True)
+class WaitingBundle:
+    """A bundle read by the loop: what the loop's bookkeeping and the check read of it."""
+
+    event_id: uuid.UUID
+    tenant: str
+    occurred_at: datetime
+    due_at: datetime
+    oldest_commit: datetime
+    members: tuple[RawRecord, ...]
+    event_type = BUNDLE_TYPE
+    table = ""  # a bundle has no table of its own: each member names its own
+    partition = None
+    correlation_id = None
+    key = ""
+
+    @property
+    def lane(self) -> str:
+        return f"\x00bundle/{self.event_id}"
+
+
+def read_bundle(record: RawRecord, tenant: str, due_at: datetime) -> WaitingBundle | None:
+    """The bundle in ``record`` if it is a well-formed bundle of ``tenant``, else None (the models then
+    refuse it, with its raw bytes, on the dead-letter topic)."""
+    bundle: ReadBundle | None = unpack(record)
+    if bundle is None or bundle.tenant != tenant:
+        return None
+    return WaitingBundle(
+        bundle.event_id,
+        bundle.tenant,
+        bundle.occurred_at,
+        due_at,
+        bundle.oldest_commit or bundle.occurred_at,
+        bundle.members,
+    )

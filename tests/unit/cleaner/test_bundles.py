@@ -1,0 +1,330 @@
+"""Waiting tables' DelayedVacuums carried on in bundles (issue 14): many tables of one delay partition in
+one Kafka record, re-checked together. What must hold: a bundle only ever keeps vacuums waiting (rule
+1: nothing is cleaned from a bundle; a member whose lock is gone goes back on its own and is checked in
+full by its table's lane), never early, fail closed when the metastore does not answer, a member that
+does not read is refused by the models with its bytes, and offsets move only past acknowledged
+outcomes (rule 5)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+from itertools import pairwise
+
+import pytest
+
+from acidclean.consumers.audit import FastDecoder
+from acidclean.consumers.loop import CleanerLoop
+from acidclean.schemas.events import CleanupRejected, DelayedVacuums
+from acidclean.shared.acid.names import delta_name
+from acidclean.shared.bus.bundle import BUNDLE_TYPE, Bundle, bundle_key, bundles_of, is_bundle, unpack
+from acidclean.shared.bus.codec import decode, encode, header_due_at_ms
+from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.settings import Settings
+
+from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum
+from .test_delayed_vacuums import dones, forward_delays
+
+pytestmark = [pytest.mark.rule1, pytest.mark.rule5]
+
+V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
+TABLES = 6
+PER_TABLE = 2
+
+
+def location(index: int) -> str:
+    return f"/warehouse/sales.db/t{index}"
+
+
+def lock_id(index: int) -> int:
+    return 100 + index
+
+
+def waiting_tables(rig: Rig) -> list[list[str]]:
+    """TABLES unpartitioned tables sales.t0.., each read under its own lock, each with PER_TABLE minor
+    vacuums (deltas 1-3, 4-6, ...); returns each table's vacuum ids (the vacuums are on partition 0 of
+    the vacuum topic of the consumer made next)."""
+    ids = []
+    for index in range(TABLES):
+        table = f"sales.t{index}"
+        rig.metastore.add_table(table, "file:" + location(index))
+        rig.metastore.take_lock(lock_id(index), table)
+        ids.append([])
+        for number in range(PER_TABLE):
+            singles = [delta_name(w, w, 0) for w in range(3 * number + 1, 3 * number + 4)]
+            compacted = delta_name(3 * number + 1, 3 * number + 3)
+            rig.fs.add_acid_dirs(location(index), [*singles, compacted])
+            event = vacuum(
+                event_id=uuid.uuid4(),
+                table=table,
+                partition=None,
+                location=location(index),
+                vacuum_job_id=f"job-{index}-{number}",
+                new_directories=[compacted],
+                obsolete_directories=singles,
+                highest_write_id=3 * number + 3,
+                lock_snapshot=[lock(lock_id(index))],
+            )
+            rig.fs.mark_vacuum_output(event)
+            ids[-1].append(str(event.event_id))
+            rig.pending.append(event)  # type: ignore[attr-defined]
+    return ids
+
+
+def started(rig: Rig) -> tuple[FakeConsumer, CleanerLoop, list[int], list[list[str]]]:
+    consumer = FakeConsumer(rig.clock)
+    rig.pending = []  # type: ignore[attr-defined]
+    ids = waiting_tables(rig)
+    for event in rig.pending:  # type: ignore[attr-defined]
+        consumer.append(V, 0, event)
+    loop = loop_over(rig, consumer)
+    return consumer, loop, [0], ids
+
+
+def cycle(loop: CleanerLoop, rig: Rig, consumer: FakeConsumer, seen: list[int], times: int = 1) -> None:
+    """``times`` intervals: the loop runs, and what it published to the delay topic is read back."""
+    for _ in range(times):
+        run_for(loop, rig, 2.1)
+        forward_delays(rig, consumer, seen)
+
+
+def bundles(rig: Rig) -> list[RawRecord]:
+    return [record for record in rig.bus.records.get(D, []) if is_bundle(record.headers)]
+
+
+def members_of(record: RawRecord) -> list[DelayedVacuums]:
+    bundle = unpack(record)
+    assert bundle is not None
+    events = [encode_back(member) for member in bundle.members]
+    assert all(isinstance(event, DelayedVacuums) for event in events)
+    return events  # type: ignore[return-value]
+
+
+def encode_back(record: RawRecord) -> object:
+    return decode(record, rejected_by="test", tenant="acme")
+
+
+def bundled_rig() -> Rig:
+    return Rig(bundle_min=2)
+
+
+def test_waiting_tables_of_one_partition_go_on_in_one_bundle_and_are_carried_on_unread() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 1)  # the first check: one DelayedVacuums per table, read in full
+    assert bundles(rig) == []
+    cycle(loop, rig, consumer, seen, 1)  # carried on unread: six tables of partition 0, one bundle
+    [first] = bundles(rig)
+    assert {tuple(sorted(str(w.vacuum.event_id) for w in g.waiting)) for g in members_of(first)} == {
+        tuple(sorted(table)) for table in ids
+    }
+    cycle(loop, rig, consumer, seen, 3)  # the bundle is checked as one record, and carried on whole
+    later = bundles(rig)
+    assert len(later) == 4
+    for earlier, next_one in pairwise(later):
+        previous = {g.table: g for g in members_of(earlier)}
+        for group in members_of(next_one):
+            before = previous[group.table]
+            assert group.causation_id == before.event_id
+            assert group.occurred_at >= before.due_at  # never early
+            assert group.unchanged is not None and before.unchanged is not None
+            assert group.unchanged.checks == before.unchanged.checks + 1
+            assert group.waiting == before.waiting  # carried on unread
+        # The bundle is due when its last member is (never early for any of them).
+        due = header_due_at_ms(next_one)
+        assert due == max(int(g.due_at.timestamp() * 1000 + 0.999) for g in members_of(next_one))
+    assert rig.fs.deleted == [] and dones(rig) == []
+    assert consumer.committed[(D, 0)] == len(consumer.logs[(D, 0)]) - 1  # all but the newest bundle done
+
+
+def test_a_member_whose_lock_is_released_leaves_its_bundle_and_is_cleaned_by_its_lane_alone() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    assert len(bundles(rig)) == 2
+    rig.metastore.release(lock_id(2))
+    cycle(loop, rig, consumer, seen, 3)
+    cleaned = {str(done.correlation_id) for done in dones(rig)}
+    assert cleaned == set(ids[2])
+    assert {path.rsplit("/", 2)[-2] for path in rig.fs.deleted} == {"t2"}
+    last = members_of(bundles(rig)[-1])
+    assert sorted(group.table for group in last) == [f"sales.t{i}" for i in range(TABLES) if i != 2]
+    # Every other table still waits, and nothing of theirs was deleted while their readers hold locks.
+    assert all(group.unchanged is not None for group in last)
+
+
+def test_a_bundle_checked_while_the_metastore_does_not_answer_sends_every_member_to_be_checked_in_full() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    before = len(bundles(rig))
+    rig.metastore.down = True
+    cycle(loop, rig, consumer, seen, 2)
+    assert len(bundles(rig)) == before  # none carried on: nobody could say the locks are still there
+    assert rig.fs.deleted == [] and dones(rig) == []
+    # Each table's vacuums were checked in full and wait on with the reason (fail closed).
+    latest = {}
+    for event in rig.published(D):
+        if isinstance(event, DelayedVacuums):
+            latest[event.table] = event
+    assert len(latest) == TABLES
+    assert all(
+        item.check_error is not None and "metastore" in item.check_error
+        for group in latest.values()
+        for item in group.waiting
+    )
+    rig.metastore.down = False
+    cycle(loop, rig, consumer, seen, 4)
+    assert rig.fs.deleted == [] and dones(rig) == []
+    rig.metastore.release(lock_id(4))
+    cycle(loop, rig, consumer, seen, 4)
+    assert {str(done.correlation_id) for done in dones(rig)} == set(ids[4])
+
+
+def test_a_bundle_the_broker_does_not_take_is_checked_again_and_nothing_is_lost() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 2)
+    [first] = bundles(rig)
+    committed = consumer.committed[(D, 0)]
+    rig.bus.fail_next(2)  # the batch, then the bundle alone
+    cycle(loop, rig, consumer, seen, 1)
+    assert consumer.committed[(D, 0)] <= committed + 1  # the bundle's offset did not move past it
+    cycle(loop, rig, consumer, seen, 3)
+    last = members_of(bundles(rig)[-1])
+    assert sorted(str(w.vacuum.event_id) for g in last for w in g.waiting) == sorted(i for t in ids for i in t)
+    assert rig.fs.deleted == []
+    assert first is not bundles(rig)[-1]
+
+
+def forged_bundle(rig: Rig, good: RawRecord, bad_value: bytes) -> RawRecord:
+    """A bundle of the members of ``good`` plus one member whose value does not read."""
+    bundle = unpack(good)
+    assert bundle is not None
+    events = [encode_back(member) for member in bundle.members]
+    made = Bundle(
+        event_id=uuid.uuid4(),
+        tenant="acme",
+        partition=0,
+        members=tuple(events),  # type: ignore[arg-type]
+        occurred_at=datetime.now(timezone.utc),
+    ).outgoing("/test")
+    body = json.loads(made.value)
+    forged = dict(body["records"][0])
+    forged["value"] = json.loads(bad_value)
+    forged["headers"] = [[name, str(uuid.uuid4()) if name == "ce_id" else value] for name, value in forged["headers"]]
+    body["records"].append(forged)
+    value = json.dumps(body).encode()
+    return RawRecord(D, 0, 0, made.key, value, made.headers)
+
+
+def test_a_bundle_member_that_does_not_read_is_refused_alone_and_the_others_wait_on() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    good = bundles(rig)[-1]
+    forged = forged_bundle(rig, good, b'{"schema_version": 1, "waiting": "not a list"}')
+    log = consumer.logs[(D, 0)]
+    assert log[-1].value == good.value  # not read yet: the forged bundle takes its place
+    log[-1] = RawRecord(D, 0, len(log) - 1, forged.key, forged.value, forged.headers)
+    cycle(loop, rig, consumer, seen, 2)
+    rejected = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
+    assert len(rejected) == 1
+    source = rejected[0].source
+    assert source.value_b64 is not None and b"not a list" in base64.b64decode(source.value_b64)
+    assert rejected[0].rejected_event_type == DelayedVacuums.event_type  # the member, not its bundle
+    # The other members went on in the next bundle, still waiting; nothing was deleted.
+    assert sorted(g.table for g in members_of(bundles(rig)[-1])) == [f"sales.t{i}" for i in range(TABLES)]
+    assert rig.fs.deleted == []
+
+
+def test_a_record_that_says_it_is_a_bundle_but_does_not_read_as_one_is_dead_lettered_whole() -> None:
+    rig = bundled_rig()
+    consumer = FakeConsumer(rig.clock)
+    loop = loop_over(rig, consumer)
+    headers = (("ce_type", BUNDLE_TYPE.encode()), ("ce_id", str(uuid.uuid4()).encode()), ("x-due-at", bytes(8)))
+    consumer.logs[(D, 0)] = [RawRecord(D, 0, 0, bundle_key("acme"), b"{not json", headers)]
+    run_for(loop, rig, 0.5)
+    [rejected] = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
+    assert rejected.rejected_event_type == BUNDLE_TYPE
+    assert consumer.committed[(D, 0)] == 1
+
+
+def test_bundles_are_cut_to_their_record_and_byte_limits_and_read_back_byte_for_byte() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 1)
+    groups = [event for event in rig.published(D) if isinstance(event, DelayedVacuums)]
+    assert len(groups) == TABLES
+    source = uuid.uuid4()
+    now = datetime.now(timezone.utc)
+    by_count = bundles_of(groups, tenant="acme", partition=3, source_id=source, occurred_at=now, max_records=4)
+    assert [len(b.members) for b in by_count] == [4, 2]
+    by_bytes = bundles_of(groups, tenant="acme", partition=3, source_id=source, occurred_at=now, max_bytes=1)
+    assert [len(b.members) for b in by_bytes] == [1] * TABLES  # one too large still gets a bundle
+    assert bundles_of(groups, tenant="acme", partition=3, source_id=source, occurred_at=now)[0].event_id == (
+        bundles_of(groups, tenant="acme", partition=3, source_id=source, occurred_at=now)[0].event_id
+    )  # a replay publishes the same id
+    out = by_count[0].outgoing("/acidclean/cleaner/c1")
+    assert out.partition == 3 and out.key == b"acme/~bundle"
+    read = unpack(RawRecord(D, 3, 17, out.key, out.value, out.headers))
+    assert read is not None
+    for event, member in zip(groups[:4], read.members, strict=True):
+        alone = encode(event, source="/acidclean/cleaner/c1")
+        assert (member.key, member.value, member.headers) == (alone.key, alone.value, alone.headers)
+        assert (member.topic, member.partition, member.offset) == (D, 3, 17)
+    assert header_due_at_ms(RawRecord(D, 3, 17, out.key, out.value, out.headers)) == max(
+        header_due_at_ms(m) or 0 for m in read.members
+    )
+
+
+def test_the_audit_reads_a_bundles_members_as_if_each_had_been_published_alone() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 4)
+    assert len(bundles(rig)) >= 2
+    records = rig.bus.records[D]
+    settings = Settings()
+    read = list(FastDecoder(settings).records(records))
+    expected = [encode_back(record) for record in rig.bus.unbundled(D)]
+    assert [str(e.event_id) for e in read] == [str(e.event_id) for e in expected]  # type: ignore[attr-defined]
+    one_table = list(FastDecoder(settings, table="sales.t3").records(records))
+    assert one_table and all(event.table == "sales.t3" for event in one_table)  # type: ignore[attr-defined]
+    assert {str(w.vacuum.event_id) for e in one_table for w in getattr(e, "waiting", [])} == set(ids[3])
+
+
+def test_a_group_lingering_past_its_due_time_in_a_bundle_is_never_checked_early() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 2)
+    [bundle] = bundles(rig)
+    due = header_due_at_ms(bundle)
+    assert due is not None
+    # Run until just before the bundle's due time: nothing new is published for it.
+    run_for(loop, rig, max(0.0, (due - rig.clock.now_ms()) / 1000 - 0.05))
+    assert len(bundles(rig)) == 1
+    run_for(loop, rig, 0.2)
+    forward_delays(rig, consumer, seen)
+    assert len(bundles(rig)) == 2
+    second = bundles(rig)[1]
+    assert all(
+        g.occurred_at >= datetime.fromtimestamp(due / 1000, timezone.utc) - timedelta(milliseconds=1)
+        for g in members_of(second)
+    )
+
+
+def test_a_bundle_read_again_after_its_check_was_acknowledged_is_not_carried_on_twice() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    log = consumer.logs[(D, 0)]
+    checked = [record for record in log[:-1] if is_bundle(record.headers)][-1]  # its successor is acknowledged
+    log.append(RawRecord(D, 0, len(log), checked.key, checked.value, checked.headers))  # a replayed copy
+    before = len(bundles(rig))
+    cycle(loop, rig, consumer, seen, 3)
+    assert len(bundles(rig)) == before + 3  # one bundle an interval, not two
+    assert rig.metrics.events.labels("bundle_replayed")._value.get() == 1
+    last = members_of(bundles(rig)[-1])
+    assert sorted(g.table for g in last) == [f"sales.t{i}" for i in range(TABLES)]
