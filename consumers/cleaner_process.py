@@ -146,6 +146,7 @@ class CleanerProcess:
                 topics=self.topics,
                 dry_run=self.options.dry_run,
                 wait_for_open_txns=settings.cleanup_waits_for_open_txns,
+                bundle_min=settings.cleanup_bundle_min,
             ),
             metastore=self._per_thread("metastore", self._metastore_factory),
             bus=self._per_thread("bus", self._bus_factory),

@@ -61,6 +61,7 @@ from acidclean.consumers.waiting import (
     WireWaiting,
     build_envelope,
     build_groups,
+    carry_on_unread,
     carry_unchanged,
     empty_group_shell,
     entry_of_envelope,
@@ -414,6 +415,7 @@ class _Unchanged:
     checked_at: datetime
     due_at: datetime
     held_ids: set[int]  # the table's locks the check listed
+    vacuums: int | None = None  # how many it carries, when its entries were not read (else theirs)
 
 
 @dataclass(frozen=True)
@@ -1187,9 +1189,18 @@ class CleanupHandler:
             held = None  # fail closed: each member is checked in full, which records why it waits
         carried: list[tuple[GroupOut, _Unchanged]] = []
         spilled: list[Republished] = []
+        tenant, max_wait = self.config.tenant, self.config.max_wait_s
         for member in bundle.members:
-            group = read_group(member, self.config.tenant) if _is_group(member) else None
-            if held is not None and group is not None and unchanged_now(group, held, now, self.config.max_wait_s):
+            if held is None or not _is_group(member):
+                spilled.append(republished(member))
+                continue
+            fast = carry_on_unread(member, tenant, held, now, max_wait, due)
+            if fast is not None:
+                carried.append((fast.out, _Unchanged(fast.group, now, due, held, fast.vacuums)))
+                continue
+            # Its entries must be read: still unchanged (a vacuum stuck meanwhile), or out on its own.
+            group = read_group(member, tenant)
+            if group is not None and unchanged_now(group, held, now, max_wait):
                 carried.append((carry_unchanged(group, checked_at=now, due_at=due), _Unchanged(group, now, due, held)))
             else:
                 spilled.append(republished(member))
@@ -1478,7 +1489,7 @@ class CleanupHandler:
         )
 
     def _carried_published(self, out: GroupOut, unread: _Unchanged) -> None:
-        count = len(out.entries)
+        count = len(out.entries) if unread.vacuums is None else unread.vacuums
         self._metrics.requeues.inc(count)
         self._metrics.events.labels("delayed").inc(count)
         self._metrics.events.labels("carried_unread").inc(count)

@@ -108,6 +108,24 @@ class WireGroup(msgspec.Struct, forbid_unknown_fields=True):
     partition: str | None = None
 
 
+class WireGroupCarried(msgspec.Struct, forbid_unknown_fields=True):
+    """A ``DelayedVacuums`` on the wire with each waiting vacuum's entry kept as bytes, unread: what a
+    check that carries it on unread reads and writes (:func:`carry_on_unread`)."""
+
+    schema_version: int
+    event_id: str
+    tenant: str
+    table: str
+    occurred_at: str
+    causation_id: str | None
+    correlation_id: None
+    due_at: str
+    waiting: list[msgspec.Raw]
+    merged_from: list[str] = []
+    unchanged: WireUnchanged | None = None
+    partition: str | None = None
+
+
 class WireEnvelope(msgspec.Struct, forbid_unknown_fields=True):
     """A :class:`acidclean.schemas.events.DelayEnvelope` on the wire, its vacuum and locks as bytes."""
 
@@ -130,6 +148,7 @@ class WireEnvelope(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _GROUP = msgspec.json.Decoder(WireGroup)
+_GROUP_CARRIED = msgspec.json.Decoder(WireGroupCarried)
 _ENVELOPE = msgspec.json.Decoder(WireEnvelope)
 _VIEW = msgspec.json.Decoder(VacuumView)
 _VACUUM_KEY = msgspec.json.Decoder(VacuumKey)
@@ -498,6 +517,87 @@ def carry_unchanged(group: WaitingGroup, *, checked_at: datetime, due_at: dateti
         ),
     )
     return GroupOut(_group_shell(wire, event_id, group.event_id, checked_at, due_at), group.entries)
+
+
+@dataclass(frozen=True)
+class CarriedOn:
+    """A group a check carried on unread without reading its entries: its next record, the group as
+    read (without entries) and how many vacuums it carries."""
+
+    out: GroupOut
+    group: WaitingGroup
+    vacuums: int
+
+
+def carry_on_unread(
+    record: RawRecord, tenant: str, held_ids: set[int], now: datetime, max_wait_s: float, due_at: datetime
+) -> CarriedOn | None:
+    """The next ``DelayedVacuums`` of the group in ``record`` if a check now leaves it unchanged
+    (:func:`unchanged_now`), written on with its entries' bytes unread; None when its entries must be
+    read: no summary, its check limit reached, a lock gone, a vacuum near or past the max wait (a stuck
+    vacuum is counted by the full check), or a record that does not read exactly as a group of
+    ``tenant`` must. Cheaper than :func:`read_group` then :func:`carry_unchanged`: no entry is parsed
+    into objects. Only ever "still waiting": whatever its vacuums are, they are read in full by the
+    check that may clean them."""
+    if not record.value:
+        return None
+    try:
+        wire = _GROUP_CARRIED.decode(record.value)
+        if wire.unchanged is None:
+            return None
+        unchanged = _unchanged(wire.unchanged)
+        event_id = uuid.UUID(wire.event_id)
+        occurred_at = _moment(wire.occurred_at)
+        due = _moment(wire.due_at)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+        return None
+    if wire.schema_version != 1 or wire.tenant != tenant or not wire.waiting:
+        return None
+    if len(wire.waiting) > MAX_WAITING_PER_ENVELOPE:
+        return None
+    if record.key != event_key(wire.tenant, wire.table, wire.partition).encode():
+        return None
+    if str(event_id) != wire.event_id or dict(record.headers).get("ce_id") != wire.event_id.encode():
+        return None
+    if (now - unchanged.oldest_commit).total_seconds() >= max_wait_s:
+        return None  # a vacuum may be stuck: the full check counts it
+    group = WaitingGroup(
+        event_id,
+        wire.tenant,
+        wire.table,
+        wire.partition,
+        occurred_at,
+        due,
+        (),
+        unchanged=unchanged,
+        read_from=record.partition,
+    )
+    if not unchanged_now(group, held_ids, now, max_wait_s):
+        return None
+    next_id = derived_event_id(event_id, "unchanged")
+    summary = wire.unchanged
+    successor = WireGroupCarried(
+        schema_version=1,
+        event_id=str(next_id),
+        tenant=wire.tenant,
+        table=wire.table,
+        partition=wire.partition,
+        occurred_at=iso(now),
+        causation_id=str(event_id),
+        correlation_id=None,
+        due_at=iso(due_at),
+        waiting=wire.waiting,
+        merged_from=[str(event_id)],
+        unchanged=WireUnchanged(
+            lock_ids=summary.lock_ids,
+            checks=summary.checks + 1,
+            oldest_commit=summary.oldest_commit,
+            oldest_unstuck_commit=summary.oldest_unstuck_commit,
+        ),
+    )
+    shell = empty_group_shell(next_id, wire.tenant, wire.table, wire.partition, now, event_id, due_at)
+    shell.attach_wire_value(_ENCODER.encode(successor))
+    return CarriedOn(GroupOut(shell, ()), group, len(wire.waiting))
 
 
 def vacuum_id_of(entry: WireWaiting) -> str:

@@ -205,6 +205,12 @@ class Settings(BaseSettings):
         "transaction T, as Hive 4's compactor does; needs Hive 3+), or auto: visibility-txn on object stores "
         "(S3), rename elsewhere.",
     )
+    cleanup_bundle_min: int = Field(
+        8,
+        ge=1,
+        description="Waiting tables' delay records of one delay partition, carried on unread in one batch, "
+        "that go on together in one bundle record (fewer go on alone).",
+    )
     cleanup_waits_for_open_txns: bool = Field(
         True,
         description="Besides the lock snapshot, wait until every transaction open when the vacuum committed "

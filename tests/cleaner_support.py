@@ -44,9 +44,10 @@ from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.arrow_filesystem import open_location
+from acidclean.shared.bus.bundle import is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
-from acidclean.shared.bus.records import raw_record
+from acidclean.shared.bus.records import RawRecord, raw_record
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.lock_entries import snapshot_entry
@@ -72,6 +73,7 @@ def cleaner_settings(
     tenant: str = TENANT,
     max_wait_s: float = 3600.0,
     partitions: int = 2,
+    bundle_min: int = 8,
 ) -> Settings:
     """Settings for one test: its own topics (prefix), group, and allowed roots under ``root``."""
     return load_settings(
@@ -88,6 +90,7 @@ def cleaner_settings(
             "cleanup_threads": threads,
             "max_wait_s": max_wait_s,
             "metastore_timeout_s": 3.0,
+            "cleanup_bundle_min": bundle_min,
         },
     )
 
@@ -106,6 +109,7 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "ACIDCLEAN_ALLOWED_ROOTS": json.dumps(settings.allowed_roots),
         "ACIDCLEAN_CLEANUP_INTERVAL_MS": str(settings.cleanup_interval_ms),
         "ACIDCLEAN_CLEANUP_THREADS": str(settings.cleanup_threads),
+        "ACIDCLEAN_CLEANUP_BUNDLE_MIN": str(settings.cleanup_bundle_min),
         "ACIDCLEAN_MAX_WAIT_S": str(settings.max_wait_s),
         "ACIDCLEAN_METASTORE_TIMEOUT_S": str(settings.metastore_timeout_s),
     }
@@ -301,6 +305,17 @@ def publish(settings: Settings, *events: Any) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Alone:
+    """A record that is not a bundle, read as a bundle of itself."""
+
+    record: RawRecord
+
+    @property
+    def members(self) -> tuple[RawRecord, ...]:
+        return (self.record,)
+
+
 class Watcher:
     """Reads the cleaner's output topics from the beginning in a background thread."""
 
@@ -325,6 +340,7 @@ class Watcher:
         ]
         self._consumer.assign(self._assignment)
         self._read_to: dict[tuple[str, int], int] = {}  # next offset to read, per partition
+        self.bundles: list[RawRecord] = []  # the bundle records read (their members are in events)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -334,9 +350,15 @@ class Watcher:
             for message in self._consumer.consume(100, 0.05):
                 if message.error():
                     continue
-                event = decode(raw_record(message), rejected_by="watcher", tenant=TENANT)
+                record = raw_record(message)
+                bundle = unpack(record) if is_bundle(record.headers) else None
+                if bundle is not None:
+                    self.bundles.append(record)
+                # A bundle's members are read as if each had been published alone.
+                members = (bundle or _Alone(record)).members
+                events = [decode(item, rejected_by="watcher", tenant=TENANT) for item in members]
                 with self._lock:
-                    self.events.append((self._topics[message.topic()], event, time.time()))
+                    self.events.extend((self._topics[message.topic()], event, time.time()) for event in events)
                     self._read_to[(message.topic(), message.partition())] = message.offset() + 1
 
     def close(self) -> None:

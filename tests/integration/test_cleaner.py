@@ -6,6 +6,7 @@ thread of the test process with a 300 ms interval.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import urllib.request
@@ -17,6 +18,7 @@ import pyarrow.orc as pa_orc
 import pytest
 from cleaner_support import (
     OTHER_TENANT,
+    TENANT,
     CountingMetastore,
     Table,
     Watcher,
@@ -31,6 +33,7 @@ from acidclean.consumers.cleaner_process import CleanerOptions
 from acidclean.consumers.rules.readiness import COMMIT_MARGIN
 from acidclean.deploy.local.process import free_port
 from acidclean.shared.acid.names import delta_name
+from acidclean.shared.bus.bundle import unpack
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
 
@@ -284,3 +287,54 @@ def test_a_tenants_cleaner_skips_other_tenants_events_on_shared_topics_and_never
             watcher.wait_for(lambda: watcher.done(their_vacuum), 15, "globex's CleanupDone")
     assert theirs.children() == their_vacuum.new_directories
     assert len(watcher.done(our_vacuum)) == 1
+
+
+def bundled_keys(watcher: Watcher) -> list[set[bytes]]:
+    """The member keys of each bundle the watcher read, in order."""
+    keys = []
+    for record in list(watcher.bundles):
+        bundle = unpack(record)
+        assert bundle is not None, record
+        keys.append({member.key or b"" for member in bundle.members})
+    return keys
+
+
+@pytest.mark.rule1
+def test_many_waiting_tables_go_on_in_bundles_and_each_is_cleaned_when_its_own_reader_leaves(
+    kafka_bootstrap: str, metastore_uri: str, metastore: HiveMetastore, root: Path, unique_name: str
+) -> None:
+    """Eight tables of one delay partition, two vacuums each, every one behind its own reader: their
+    records go on in one bundle (produced to that partition, read back by the real consumer); a
+    released reader's table leaves the bundle and is cleaned, while the others' files stay."""
+    settings = cleaner_settings(
+        kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=300, partitions=1, threads=1, bundle_min=4
+    )
+    watcher = Watcher(settings)
+    tables = [create_table(metastore, root, f"{unique_name}b{index}") for index in range(8)]
+    keys = {f"{TENANT}/{table.full_name}".encode() for table in tables}
+    readers, vacuums = [], []
+    try:
+        for table in tables:
+            table.commit_deltas(2)
+            readers.append(start_reader(metastore, table))
+            first = table.minor_vacuum()
+            table.commit_deltas(1)
+            vacuums.append([first, table.minor_vacuum()])
+        with running_cleaner(settings):
+            publish(settings, *[vacuum for pair in vacuums for vacuum in pair])
+            watcher.wait_for(lambda: keys in bundled_keys(watcher), 30, "one bundle of all eight tables")
+            assert all(record.partition == 0 for record in watcher.bundles)
+            readers[3].release()
+            for vacuum in vacuums[3]:
+                watcher.wait_for(lambda vacuum=vacuum: watcher.done(vacuum), 30, "the released table's cleanup")
+            rest = keys - {f"{TENANT}/{tables[3].full_name}".encode()}
+            watcher.wait_for(lambda: bundled_keys(watcher)[-1] == rest, 30, "a bundle of the seven others")
+            for index, pair in enumerate(vacuums):
+                if index != 3:
+                    assert all(watcher.done(vacuum) == [] for vacuum in pair)
+                    assert set(pair[0].obsolete_directories) <= set(tables[index].children())
+    finally:
+        for reader in readers:
+            with contextlib.suppress(Exception):  # released above, or by the test's end anyway
+                reader.release()
+        watcher.close()

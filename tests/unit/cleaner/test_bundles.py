@@ -328,3 +328,24 @@ def test_a_bundle_read_again_after_its_check_was_acknowledged_is_not_carried_on_
     assert rig.metrics.events.labels("bundle_replayed")._value.get() == 1
     last = members_of(bundles(rig)[-1])
     assert sorted(g.table for g in last) == [f"sales.t{i}" for i in range(TABLES)]
+
+
+def test_a_bundle_member_whose_key_is_another_tables_is_never_carried_on_but_checked_in_full() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    good = bundles(rig)[-1]
+    body = json.loads(good.value or b"")
+    body["records"][0]["key"] = "acme/sales.t5"  # a record of sales.t0 under sales.t5's key
+    if json.loads(json.dumps(body["records"][0]["value"]))["table"] == "sales.t5":
+        body["records"][0]["key"] = "acme/sales.t4"
+    log = consumer.logs[(D, 0)]
+    assert log[-1].value == good.value
+    log[-1] = RawRecord(D, 0, len(log) - 1, good.key, json.dumps(body).encode(), good.headers)
+    cycle(loop, rig, consumer, seen, 2)
+    rejected = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
+    assert len(rejected) == 1 and rejected[0].rejected_event_type == DelayedVacuums.event_type
+    assert rig.fs.deleted == [] and dones(rig) == []
+    # The others went on in the next bundle, each under its own key.
+    last = members_of(bundles(rig)[-1])
+    assert len(last) == TABLES - 1
