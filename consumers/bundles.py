@@ -13,7 +13,7 @@ cleaned, refused or trusted without that path.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from acidclean.shared.bus.bundle import BUNDLE_TYPE, ReadBundle, unpack
@@ -30,6 +30,9 @@ class WaitingBundle:
     due_at: datetime
     oldest_commit: datetime
     members: tuple[RawRecord, ...]
+    # Keys whose members its check must send out on their own whatever their locks: fresh vacuums of
+    # those tables wait to be checked with them (the loop's joiners), which happens in their lanes.
+    spill: set[bytes] = field(default_factory=set, compare=False)
     event_type = BUNDLE_TYPE
     table = ""  # a bundle has no table of its own: each member names its own
     partition = None
@@ -39,6 +42,9 @@ class WaitingBundle:
     @property
     def lane(self) -> str:
         return f"\x00bundle/{self.event_id}"
+
+    def member_keys(self) -> set[bytes]:
+        return {member.key or b"" for member in self.members}
 
 
 def read_bundle(record: RawRecord, tenant: str, due_at: datetime) -> WaitingBundle | None:

@@ -882,9 +882,10 @@ class CleanupHandler:
                 self._remember_checks([(out.event, unread.checked_at)])
         for bundle, packed in bundles:
             if str(bundle.event_id) not in failed:
-                # No chain_due for its keys: a fresh vacuum of such a table is checked at once, alone.
                 for out, unread, _ in packed:
                     self._carried_published(out, unread)
+                    # A fresh vacuum of its table waits for this record (the loop's joiners).
+                    self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
                 self._metrics.events.labels("bundled").inc(len(packed))
                 self._remember_checks([(bundle, min(unread.checked_at for _, unread, _ in packed))])
         self._bundles_acknowledged(checks, failed, batch)
@@ -1191,7 +1192,7 @@ class CleanupHandler:
         spilled: list[Republished] = []
         tenant, max_wait = self.config.tenant, self.config.max_wait_s
         for member in bundle.members:
-            if held is None or not _is_group(member):
+            if held is None or not _is_group(member) or member.key in bundle.spill:
                 spilled.append(republished(member))
                 continue
             fast = carry_on_unread(member, tenant, held, now, max_wait, due)

@@ -456,6 +456,10 @@ class CleanerLoop:
         self._note_pending(work)
         lane = self._lanes.setdefault(work.lane, _Lane()).queue
         lane.append(work)
+        if isinstance(work.event, WaitingBundle):
+            if self._joiners:
+                self._spill_joined(work.event, now)
+            return
         if partition[0] == self.config.delay_topic and self._joiners and not isinstance(work.event, CleanupRejected):
             joining = self._joiners.pop(work.event.key, None)
             if joining is not None:
@@ -524,6 +528,19 @@ class CleanerLoop:
         self._note_pending(work)
         self._joiners.setdefault(key, []).append((work, deadline_ms))
         self._joiners_due_ms = min(self._joiners_due_ms, deadline_ms)
+
+    def _spill_joined(self, bundle: WaitingBundle, now: int) -> None:
+        """Fresh vacuums wait to join some of the bundle's tables: the bundle's check sends those
+        tables' records out on their own (due at once), and each, read back, takes its joiners along
+        into its lane, so a table's vacuums go on waiting in one record. The joiners wait an interval
+        more for it (then they are checked alone, as for any record that does not come)."""
+        for key in bundle.member_keys():
+            joining = self._joiners.get(key.decode("utf-8", "replace"))
+            if joining is None:
+                continue
+            bundle.spill.add(key)
+            deadline = now + self.config.interval_ms
+            joining[:] = [(joiner, max(due, deadline)) for joiner, due in joining]
 
     def _unjoin(self, joiner: Work) -> None:
         state = self._states.get(joiner.partition)

@@ -83,10 +83,13 @@ def started(rig: Rig) -> tuple[FakeConsumer, CleanerLoop, list[int], list[list[s
     return consumer, loop, [0], ids
 
 
-def cycle(loop: CleanerLoop, rig: Rig, consumer: FakeConsumer, seen: list[int], times: int = 1) -> None:
-    """``times`` intervals: the loop runs, and what it published to the delay topic is read back."""
-    for _ in range(times):
-        run_for(loop, rig, 2.1)
+def cycle(
+    loop: CleanerLoop, rig: Rig, consumer: FakeConsumer, seen: list[int], times: int = 1, *, slices: int = 1
+) -> None:
+    """``times`` intervals: the loop runs, and what it published to the delay topic is read back
+    (``slices`` times an interval: a broker that delivers within 2.1 s / slices)."""
+    for _ in range(times * slices):
+        run_for(loop, rig, 2.1 / slices)
         forward_delays(rig, consumer, seen)
 
 
@@ -349,3 +352,29 @@ def test_a_bundle_member_whose_key_is_another_tables_is_never_carried_on_but_che
     # The others went on in the next bundle, each under its own key.
     last = members_of(bundles(rig)[-1])
     assert len(last) == TABLES - 1
+
+
+def test_a_fresh_vacuum_of_a_bundled_table_joins_that_tables_record_and_both_wait_on_in_one() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    singles = [delta_name(w, w, 0) for w in range(7, 10)]
+    rig.fs.add_acid_dirs(location(1), [*singles, delta_name(7, 9)])
+    fresh = vacuum(
+        event_id=uuid.uuid4(),
+        table="sales.t1",
+        partition=None,
+        location=location(1),
+        vacuum_job_id="job-1-fresh",
+        new_directories=[delta_name(7, 9)],
+        obsolete_directories=singles,
+        highest_write_id=9,
+        lock_snapshot=[lock(lock_id(1))],
+    )
+    rig.fs.mark_vacuum_output(fresh)
+    consumer.append(V, 0, fresh)
+    cycle(loop, rig, consumer, seen, 4, slices=20)
+    [table_one] = [group for group in members_of(bundles(rig)[-1]) if group.table == "sales.t1"]
+    assert sorted(str(item.vacuum.event_id) for item in table_one.waiting) == sorted([*ids[1], str(fresh.event_id)])
+    assert len(members_of(bundles(rig)[-1])) == TABLES  # still one record a table
+    assert rig.fs.deleted == [] and dones(rig) == []
