@@ -19,6 +19,7 @@ caller must not commit the input offset.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from functools import partial
 from typing import Literal, Protocol, TypeVar
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
@@ -61,6 +63,7 @@ from acidclean.consumers.waiting import (
     WireWaiting,
     build_envelope,
     build_groups,
+    carry_envelope_on,
     carry_on_unread,
     carry_unchanged,
     empty_group_shell,
@@ -425,8 +428,22 @@ class _BundleCheck:
 
     partition: int  # the delay partition it was read from, where its members' keys belong
     outcome_id: str
-    carried: list[tuple[GroupOut, _Unchanged]]
+    carried: list[_DelayOut]  # the members carried on, each as its next record
     spilled: list[Republished]
+
+
+@dataclass(frozen=True)
+class _DelayOut:
+    """One delay record a batch writes: its event, the outcomes it carries besides its own, the delay
+    partition its key's records are read from (None: not known), when its check started, its oldest
+    vacuum's commit, and what to do once the broker has it (metrics and logs)."""
+
+    event: DelayedVacuums | DelayEnvelope
+    outcome_ids: tuple[str, ...]
+    read_from: int | None
+    checked_at: datetime
+    oldest_commit: datetime
+    published: Callable[[], None]
 
 
 class TableLockCheck:
@@ -456,6 +473,9 @@ class TableLockCheck:
         self.waiting: list[_Waiting] = []
         self.unchanged: list[_Unchanged] = []
         self._readers: set[int] | None = None
+        # The delay partition this table's records were read from (its key's): where its next delay
+        # records may go on in a bundle. None while its records came from the vacuum topic only.
+        self.read_from: int | None = None
 
     @property
     def current_locks(self) -> list[LockInfo]:
@@ -748,6 +768,8 @@ class CleanupHandler:
 
     def _handle_work(self, work: Work, locks: TableLockCheck) -> Outcome:
         event = work.event
+        if work.record.topic == self.config.topics.cleanup_delay and not isinstance(event, WaitingBundle):
+            locks.read_from = work.record.partition
         if isinstance(event, CleanupRejected):
             return self._dead_letter(event, locks)
         if isinstance(event, WaitingGroup):
@@ -828,34 +850,26 @@ class CleanupHandler:
         by event id (empty when it took them all): if the batch fails, each is published on its own, so
         one event Kafka refuses for good does not hold back the others' partitions."""
         outgoing, batch.outbox = batch.outbox, []
-        delays: list[list[_Pending]] = []
-        groups: list[tuple[GroupOut, list[_Waiting]]] = []
-        carried: list[tuple[GroupOut, _Unchanged]] = []
+        outs: list[_DelayOut] = []
         for locks in batch.tables:
-            classic, merged, unread_groups = self._merge_delays(locks.pending, locks.waiting, locks.unchanged)
-            locks.pending, locks.waiting, locks.unchanged = [], [], []
-            delays.append(classic)
-            groups.extend(merged)
-            carried.extend(unread_groups)
-        items = [
+            outs.extend(self._delay_outs(locks))
+        checks, batch.bundles = batch.bundles, []
+        for check in checks:
+            outs.extend(check.carried)
+        items: list[tuple[str, EventBase | PrebuiltRecord]] = [
             (item.topic, item.event)
             for item in outgoing
             if not self.config.dry_run or isinstance(item.event, CleanupDone)
         ]
-        carried, bundles = self._bundled(batch, carried)
+        alone, bundles = (outs, []) if self.config.dry_run else self._bundled(outs, checks)
         if not self.config.dry_run:
-            items += [(self.config.topics.cleanup_delay, envelope) for pending in delays for _, _, envelope in pending]
-            items += [(self.config.topics.cleanup_delay, out.event) for out, _ in groups]
-            items += [(self.config.topics.cleanup_delay, out.event) for out, _ in carried]
+            items += [(self.config.topics.cleanup_delay, out.event) for out in alone]
             items += [(self.config.topics.cleanup_delay, bundle) for bundle, _ in bundles]
-            items += [(self.config.topics.cleanup_delay, spill) for check in batch.bundles for spill in check.spilled]
-        for out, members in groups:
-            batch.carry_all(out.event, (member.outcome_id for member in members))
-        for out, unread in carried:
-            batch.carry(out.event, unread.group.event_id)
+            items += [(self.config.topics.cleanup_delay, spill) for check in checks for spill in check.spilled]
+        for out in alone:
+            batch.carry_all(out.event, out.outcome_ids)
         for bundle, packed in bundles:
-            batch.carry_all(bundle, (outcome_id for _, _, outcome_id in packed))
-        checks, batch.bundles = batch.bundles, []
+            batch.carry_all(bundle, (i for out in packed for i in (str(out.event.event_id), *out.outcome_ids)))
         for check in checks:
             for spill in check.spilled:
                 batch.carry(spill, check.outcome_id)
@@ -863,31 +877,16 @@ class CleanupHandler:
         for item in outgoing:
             if str(item.event.event_id) not in failed:
                 item.after()
-        for pending in delays:
-            acknowledged = [entry for entry in pending if str(entry[2].event_id) not in failed]
-            self._delays_published(acknowledged)
-            for _, _, envelope in acknowledged:
-                self.chain_due[envelope.key] = due_at_ms(envelope.due_at)
-            self._remember_checks([(envelope, envelope.occurred_at) for _, _, envelope in acknowledged])
-        for out, members in groups:
-            error = failed.get(str(out.event.event_id))
-            if error is None:
-                self._group_published(out, members)
-                self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
-                self._remember_checks([(out.event, min(member.checked_at for member in members))])
-        for out, unread in carried:
+        for out in alone:
             if str(out.event.event_id) not in failed:
-                self._carried_published(out, unread)
-                self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
-                self._remember_checks([(out.event, unread.checked_at)])
+                self._delay_published(out)
+                self._remember_checks([(out.event, out.checked_at)])
         for bundle, packed in bundles:
             if str(bundle.event_id) not in failed:
-                for out, unread, _ in packed:
-                    self._carried_published(out, unread)
-                    # A fresh vacuum of its table waits for this record (the loop's joiners).
-                    self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
+                for out in packed:
+                    self._delay_published(out)  # a fresh vacuum of its table waits for it (the loop's joiners)
                 self._metrics.events.labels("bundled").inc(len(packed))
-                self._remember_checks([(bundle, min(unread.checked_at for _, unread, _ in packed))])
+                self._remember_checks([(bundle, min(out.checked_at for out in packed))])
         self._bundles_acknowledged(checks, failed, batch)
         # An outcome that went out inside another record fails with it: a work is finished only once
         # every record carrying its outcome was acknowledged.
@@ -900,6 +899,50 @@ class CleanupHandler:
         if any(isinstance(item.event, CleanupDone) and str(item.event.event_id) not in failed for item in outgoing):
             self._crash.reached("after-done")
         return failed
+
+    def _delay_outs(self, locks: TableLockCheck) -> list[_DelayOut]:
+        """One lane's delay records of this batch (its table's vacuums still waiting), merged by key."""
+        classic, merged, unread_groups = self._merge_delays(locks.pending, locks.waiting, locks.unchanged)
+        locks.pending, locks.waiting, locks.unchanged = [], [], []
+        outs = [
+            _DelayOut(
+                envelope,
+                (),
+                locks.read_from,
+                envelope.occurred_at,
+                envelope.vacuum.occurred_at,
+                partial(self._delays_published, [entry]),
+            )
+            for entry in classic
+            for envelope in (entry[2],)
+        ]
+        outs += [
+            _DelayOut(
+                out.event,
+                tuple(member.outcome_id for member in members),
+                locks.read_from,
+                min(member.checked_at for member in members),
+                min(member.facts.committed_at for member in members),
+                partial(self._group_published, out, members),
+            )
+            for out, members in merged
+        ]
+        outs += [
+            _DelayOut(
+                out.event,
+                (str(unread.group.event_id),),
+                unread.group.read_from,
+                unread.checked_at,
+                unread.group.oldest_commit,
+                partial(self._carried_published, out, unread),
+            )
+            for out, unread in unread_groups
+        ]
+        return outs
+
+    def _delay_published(self, out: _DelayOut) -> None:
+        out.published()
+        self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
 
     def _bundles_acknowledged(
         self, checks: Sequence[_BundleCheck], failed: dict[str, BusError], batch: OutcomeBatch
@@ -917,47 +960,45 @@ class CleanupHandler:
                     self._bundles_checked[check.outcome_id] = now
 
     def _bundled(
-        self, batch: OutcomeBatch, carried: list[tuple[GroupOut, _Unchanged]]
-    ) -> tuple[list[tuple[GroupOut, _Unchanged]], list[tuple[Bundle, list[tuple[GroupOut, _Unchanged, str]]]]]:
-        """The groups carried on unread that go on in bundles, by the delay partition their records
-        were read from (at least ``bundle_min`` of one partition, or any carried by a bundle's check,
-        at most ``bundle_max`` a bundle), and those that go on alone."""
-        by_partition: dict[int, list[tuple[GroupOut, _Unchanged, str]]] = {}
-        alone: list[tuple[GroupOut, _Unchanged]] = []
-        for out, unread in carried:
-            if unread.group.read_from is None:
-                alone.append((out, unread))
-            else:
-                by_partition.setdefault(unread.group.read_from, []).append((out, unread, str(unread.group.event_id)))
-        from_bundles: set[int] = set()
-        packed_ids = {str(out.event.event_id) for entries in by_partition.values() for out, _, _ in entries}
-        for check in batch.bundles:
-            if check.carried:
-                from_bundles.add(check.partition)
-            for out, unread in check.carried:
-                # The same group twice (two copies of one bundle, or a forged one) goes on once.
-                if str(out.event.event_id) not in packed_ids:
-                    packed_ids.add(str(out.event.event_id))
-                    by_partition.setdefault(check.partition, []).append((out, unread, check.outcome_id))
-        bundles: list[tuple[Bundle, list[tuple[GroupOut, _Unchanged, str]]]] = []
-        for partition, packed in by_partition.items():
-            if len(packed) < max(1, self.config.bundle_min) and partition not in from_bundles:
-                alone.extend((out, unread) for out, unread, _ in packed)
+        self, outs: list[_DelayOut], checks: Sequence[_BundleCheck]
+    ) -> tuple[list[_DelayOut], list[tuple[Bundle, list[_DelayOut]]]]:
+        """The delay records that go on in bundles, by the delay partition their keys' records were read
+        from (at least ``bundle_min`` of one partition, or any carried by a bundle's check, at most
+        ``bundle_max`` a bundle), and those that go on alone (their partition unknown: a table seen only
+        on the vacuum topic so far, or too few of one partition). The same record twice (two copies of
+        one bundle, a forged one) goes on once, carrying the outcomes of both."""
+        by_partition: dict[int, dict[str, _DelayOut]] = {}
+        alone: list[_DelayOut] = []
+        for out in outs:
+            if out.read_from is None:
+                alone.append(out)
+                continue
+            packed = by_partition.setdefault(out.read_from, {})
+            key = str(out.event.event_id)
+            known = packed.get(key)
+            packed[key] = (
+                out if known is None else dataclasses.replace(known, outcome_ids=known.outcome_ids + out.outcome_ids)
+            )
+        from_bundles = {check.partition for check in checks if check.carried}
+        bundles: list[tuple[Bundle, list[_DelayOut]]] = []
+        for partition, by_id in by_partition.items():
+            packed_outs = list(by_id.values())
+            if len(packed_outs) < max(1, self.config.bundle_min) and partition not in from_bundles:
+                alone.extend(packed_outs)
                 continue
             made = bundles_of(
-                [out.event for out, _, _ in packed],
+                [out.event for out in packed_outs],
                 tenant=self.config.tenant,
                 partition=partition,
-                source_id=packed[0][0].event.event_id,
-                occurred_at=min(unread.checked_at for _, unread, _ in packed),
-                oldest_commit=min(unread.group.oldest_commit for _, unread, _ in packed),
+                source_id=packed_outs[0].event.event_id,
+                occurred_at=min(out.checked_at for out in packed_outs),
+                oldest_commit=min(out.oldest_commit for out in packed_outs),
                 max_records=max(1, self.config.bundle_max),
             )
             start = 0
             for bundle in made:
-                count = len(bundle.members)
-                bundles.append((bundle, packed[start : start + count]))
-                start += count
+                bundles.append((bundle, packed_outs[start : start + len(bundle.members)]))
+                start += len(bundle.members)
         return alone, bundles
 
     def _publish_isolating(self, items: Sequence[tuple[str, EventBase | PrebuiltRecord]]) -> dict[str, BusError]:
@@ -1188,24 +1229,17 @@ class CleanupHandler:
             held = {lock.lock_id for lock in batch.check.all_locks()}
         except MetastoreError:
             held = None  # fail closed: each member is checked in full, which records why it waits
-        carried: list[tuple[GroupOut, _Unchanged]] = []
+        carried: list[_DelayOut] = []
         spilled: list[Republished] = []
-        tenant, max_wait = self.config.tenant, self.config.max_wait_s
+        source = (str(bundle.event_id),)
+        partition = work.record.partition
         for member in bundle.members:
-            if held is None or not _is_group(member) or member.key in bundle.spill:
+            out = None if held is None or member.key in bundle.spill else self._carry_member(member, held, now, due)
+            if out is None:
                 spilled.append(republished(member))
-                continue
-            fast = carry_on_unread(member, tenant, held, now, max_wait, due)
-            if fast is not None:
-                carried.append((fast.out, _Unchanged(fast.group, now, due, held, fast.vacuums)))
-                continue
-            # Its entries must be read: still unchanged (a vacuum stuck meanwhile), or out on its own.
-            group = read_group(member, tenant)
-            if group is not None and unchanged_now(group, held, now, max_wait):
-                carried.append((carry_unchanged(group, checked_at=now, due_at=due), _Unchanged(group, now, due, held)))
             else:
-                spilled.append(republished(member))
-        batch.bundles.append(_BundleCheck(work.record.partition, str(bundle.event_id), carried, spilled))
+                carried.append(dataclasses.replace(out, outcome_ids=source, read_from=partition))
+        batch.bundles.append(_BundleCheck(partition, source[0], carried, spilled))
         # A spilled member's vacuums all committed before the check that wrote the bundle: a lock list
         # asked after that check (as this one was) may answer it.
         read_by = datetime.fromtimestamp(batch.check.read_by_ms / 1000, timezone.utc)
@@ -1216,6 +1250,48 @@ class CleanupHandler:
         if failed:
             raise next(iter(failed.values()))
         return Outcome("delayed", shell)
+
+    def _carry_member(self, member: RawRecord, held: set[int], now: datetime, due: datetime) -> _DelayOut | None:
+        """A bundle member's next record if a check now leaves it waiting as it was (its locks all still
+        listed), else None: it must be read and checked in full, on its own."""
+        tenant, max_wait = self.config.tenant, self.config.max_wait_s
+        ce_type = _ce_type(member)
+        if ce_type == _ENVELOPE_TYPE:
+            single = carry_envelope_on(member, tenant, held, now, max_wait, due)
+            if single is None:
+                return None
+            envelope, committed = single
+            return _DelayOut(envelope, (), None, now, committed, partial(self._single_carried, envelope))
+        if ce_type != _GROUP_TYPE:
+            return None
+        fast = carry_on_unread(member, tenant, held, now, max_wait, due)
+        if fast is not None:
+            unread = _Unchanged(fast.group, now, due, held, fast.vacuums)
+            published = partial(self._carried_published, fast.out, unread)
+            return _DelayOut(fast.out.event, (), None, now, fast.group.oldest_commit, published)
+        # Its entries must be read: still unchanged (a vacuum stuck meanwhile), or out on its own.
+        group = read_group(member, tenant)
+        if group is None or not unchanged_now(group, held, now, max_wait):
+            return None
+        out = carry_unchanged(group, checked_at=now, due_at=due)
+        unread = _Unchanged(group, now, due, held)
+        return _DelayOut(out.event, (), None, now, group.oldest_commit, partial(self._carried_published, out, unread))
+
+    def _single_carried(self, envelope: DelayEnvelope) -> None:
+        self._metrics.requeues.inc()
+        self._metrics.events.labels("delayed").inc()
+        self._metrics.events.labels("carried_unread").inc()
+        log(
+            LOGGER,
+            logging.DEBUG,
+            "not ready; every lock it waits on still listed: carried on in its bundle",
+            outcome="delayed",
+            event_id=envelope.event_id,
+            table=envelope.table,
+            partition=envelope.partition,
+            attempt=envelope.attempt,
+            due_at=envelope.due_at.isoformat(),
+        )
 
     def _still_waiting(
         self,
@@ -1929,14 +2005,18 @@ def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> 
 
 
 _GROUP_TYPE = DelayedVacuums.event_type.encode()
+_ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
 
 
 def _ids(bundle: WaitingBundle) -> dict[str, object]:
     return {"event_id": bundle.event_id, "members": len(bundle.members)}
 
 
-def _is_group(record: RawRecord) -> bool:
-    return any(name == "ce_type" and value == _GROUP_TYPE for name, value in record.headers)
+def _ce_type(record: RawRecord) -> bytes | None:
+    for name, value in record.headers:
+        if name == "ce_type":
+            return value
+    return None
 
 
 def _attempt(processed: VacuumCommitted | DelayEnvelope) -> int:

@@ -600,6 +600,42 @@ def carry_on_unread(
     return CarriedOn(GroupOut(shell, ()), group, len(wire.waiting))
 
 
+def carry_envelope_on(
+    record: RawRecord, tenant: str, held_ids: set[int], now: datetime, max_wait_s: float, due_at: datetime
+) -> tuple[DelayEnvelope, datetime] | None:
+    """The next ``DelayEnvelope`` of the vacuum waiting alone in ``record`` (and when it committed) if a
+    check now leaves it as it was: every lock it waits on still listed (lock ids are never reused, so
+    its snapshot's locks listed now are exactly those), no check error, no open transaction, not near
+    the max wait. None when it must be checked in full (or does not read as an envelope of
+    ``tenant`` must). Only ever "still waiting"."""
+    group = read_envelope(record, tenant)
+    if group is None:
+        return None
+    [member] = group.members
+    entry = member.wire
+    if entry.check_error is not None or entry.open_txns or entry.stuck or not entry.locks_held:
+        return None
+    if (now - member.view.occurred_at).total_seconds() >= max_wait_s:
+        return None
+    try:
+        waiting_on = [_LOCK.decode(lock).lock_id for lock in entry.locks_held]
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    if not all(lock_id in held_ids for lock_id in waiting_on) or not set(waiting_on) <= set(member.lock_ids):
+        return None
+    following = WireWaiting(vacuum=entry.vacuum, attempt=entry.attempt + 1, locks_held=entry.locks_held)
+    envelope = build_envelope(
+        tenant=group.tenant,
+        table=group.table,
+        partition=group.partition,
+        entry=following,
+        source=group.event_id,
+        checked_at=now,
+        due_at=due_at,
+    )
+    return envelope, member.view.occurred_at
+
+
 def vacuum_id_of(entry: WireWaiting) -> str:
     """The event id of an entry's vacuum."""
     return _VIEW.decode(entry.vacuum).event_id
