@@ -108,22 +108,11 @@ class WireGroup(msgspec.Struct, forbid_unknown_fields=True):
     partition: str | None = None
 
 
-class WireGroupCarried(msgspec.Struct, forbid_unknown_fields=True):
+class WireGroupCarried(WireGroup):
     """A ``DelayedVacuums`` on the wire with each waiting vacuum's entry kept as bytes, unread: what a
     check that carries it on unread reads and writes (:func:`carry_on_unread`)."""
 
-    schema_version: int
-    event_id: str
-    tenant: str
-    table: str
-    occurred_at: str
-    causation_id: str | None
-    correlation_id: None
-    due_at: str
-    waiting: list[msgspec.Raw]
-    merged_from: list[str] = []
-    unchanged: WireUnchanged | None = None
-    partition: str | None = None
+    waiting: list[msgspec.Raw]  # type: ignore[assignment]
 
 
 class WireEnvelope(msgspec.Struct, forbid_unknown_fields=True):
