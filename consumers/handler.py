@@ -888,6 +888,9 @@ class CleanupHandler:
                 self._metrics.events.labels("bundled").inc(len(packed))
                 self._remember_checks([(bundle, min(out.checked_at for out in packed))])
         self._bundles_acknowledged(checks, failed, batch)
+        spilled = sum(len(check.spilled) for check in checks if check.outcome_id not in failed)
+        if spilled:
+            self._metrics.events.labels("bundle_spilled").inc(spilled)
         # An outcome that went out inside another record fails with it: a work is finished only once
         # every record carrying its outcome was acknowledged.
         for published, outcome_ids in batch.carried_by.items():

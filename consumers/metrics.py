@@ -34,7 +34,8 @@ class CleanerMetrics:
             "acidclean_cleaner_events",
             "Events handled, by outcome (cleaned, delayed, dead_lettered, table_dropped, skipped_other_tenant, "
             "dry_run, ready_in_group, carried_unread: delayed again unread, every lock still listed, "
-            "bundled: waiting tables' records carried on in a bundle, bundle_replayed: a bundle read again "
+            "bundled: waiting tables' records carried on in a bundle, bundle_spilled: a bundle's record sent out "
+            "on its own to be read in full, bundle_replayed: a bundle read again "
             "after its check was acknowledged, skipped, dropped: not even a dead letter could be built).",
             ["outcome"],
             registry=r,

@@ -273,6 +273,7 @@ def measure(
     """Let the parked vacuums cycle for a few intervals, then report one window."""
     calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
     carried = 'acidclean_cleaner_events_total{outcome="carried_unread"}'
+    spilled = 'acidclean_cleaner_events_total{outcome="bundle_spilled"}'
     # Until the cleaner has taken in what was just published (every parked vacuum re-checked within
     # one interval): the report is of the steady state with that many parked; the time it took to
     # get there (the first check of every new vacuum, and its joining its table's record) is printed.
@@ -287,6 +288,7 @@ def measure(
     settled_s = time.time() - settle_started
     before = sum(scrape(port, calls) for _, port in cleaners)
     carried_before = sum(scrape(port, carried) for _, port in cleaners)
+    spilled_before = sum(scrape(port, spilled) for _, port in cleaners)
     records_before, bundles_before = watcher.envelopes, watcher.bundles
     start = time.time()
     time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
@@ -296,6 +298,7 @@ def measure(
     samples = watcher.window(start, end)
     made = sum(scrape(port, calls) for _, port in cleaners) - before
     unread = sum(scrape(port, carried) for _, port in cleaners) - carried_before
+    spills = (sum(scrape(port, spilled) for _, port in cleaners) - spilled_before) / WINDOW_INTERVALS
     rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
     early = [late for late in samples if late < 0]
     per_interval = len(samples) / WINDOW_INTERVALS
@@ -303,7 +306,7 @@ def measure(
     print(
         f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} delay records re-checked/interval carrying "
         f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread / WINDOW_INTERVALS:,.0f} carried unread) in "
-        f"{kafka_records:,.0f} Kafka records ({bundles:,.0f} bundles): "
+        f"{kafka_records:,.0f} Kafka records ({bundles:,.0f} bundles; {spills:,.0f} bundle members sent out alone): "
         "lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "

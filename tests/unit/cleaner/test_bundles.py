@@ -149,6 +149,7 @@ def test_a_member_whose_lock_is_released_leaves_its_bundle_and_is_cleaned_by_its
     assert len(bundles(rig)) == 2
     rig.metastore.release(lock_id(2))
     cycle(loop, rig, consumer, seen, 3)
+    assert rig.metrics.events.labels("bundle_spilled")._value.get() == 1  # t2's record, once
     cleaned = {str(done.correlation_id) for done in dones(rig)}
     assert cleaned == set(ids[2])
     assert {path.rsplit("/", 2)[-2] for path in rig.fs.deleted} == {"t2"}
