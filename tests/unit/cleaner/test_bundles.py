@@ -17,6 +17,8 @@ import pytest
 
 from acidclean.consumers.audit import FastDecoder
 from acidclean.consumers.loop import CleanerLoop
+from acidclean.consumers.rules.readiness import Readiness
+from acidclean.consumers.scheduling import delay_envelope
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.bus.bundle import BUNDLE_TYPE, Bundle, bundle_key, bundles_of, is_bundle, unpack
@@ -195,18 +197,25 @@ def test_a_bundle_the_broker_does_not_take_is_checked_again_and_nothing_is_lost(
     consumer, loop, seen, ids = started(rig)
     cycle(loop, rig, consumer, seen, 2)
     [first] = bundles(rig)
+    log = consumer.logs[(D, 0)]
+    assert log[-1].value == first.value
     committed = consumer.committed[(D, 0)]
+    assert committed == len(log) - 1  # everything before the bundle is done
     rig.bus.fail_next(2)  # the batch, then the bundle alone
     cycle(loop, rig, consumer, seen, 1)
-    assert consumer.committed[(D, 0)] <= committed + 1  # the bundle's offset did not move past it
+    assert len(bundles(rig)) == 1  # nothing of the failed check went out
+    assert consumer.committed[(D, 0)] == committed  # the bundle's offset did not move past it
     cycle(loop, rig, consumer, seen, 3)
-    last = members_of(bundles(rig)[-1])
+    later = bundles(rig)
+    assert len(later) >= 3  # checked again after the rewind, then each interval
+    assert consumer.committed[(D, 0)] == len(log) - 1
+    last = members_of(later[-1])
+    # Every vacuum is still carried, once (a duplicate would show here), and nothing was deleted.
     assert sorted(str(w.vacuum.event_id) for g in last for w in g.waiting) == sorted(i for t in ids for i in t)
     assert rig.fs.deleted == []
-    assert first is not bundles(rig)[-1]
 
 
-def forged_bundle(rig: Rig, good: RawRecord, bad_value: bytes) -> RawRecord:
+def forged_bundle(good: RawRecord, bad_value: bytes) -> RawRecord:
     """A bundle of the members of ``good`` plus one member whose value does not read."""
     bundle = unpack(good)
     assert bundle is not None
@@ -232,7 +241,7 @@ def test_a_bundle_member_that_does_not_read_is_refused_alone_and_the_others_wait
     consumer, loop, seen, _ids = started(rig)
     cycle(loop, rig, consumer, seen, 3)
     good = bundles(rig)[-1]
-    forged = forged_bundle(rig, good, b'{"schema_version": 1, "waiting": "not a list"}')
+    forged = forged_bundle(good, b'{"schema_version": 1, "waiting": "not a list"}')
     log = consumer.logs[(D, 0)]
     assert log[-1].value == good.value  # not read yet: the forged bundle takes its place
     log[-1] = RawRecord(D, 0, len(log) - 1, forged.key, forged.value, forged.headers)
@@ -404,3 +413,73 @@ def test_vacuums_waiting_alone_go_on_in_bundles_one_check_more_each_interval_unt
     cycle(loop, rig, consumer, seen, 3)
     assert {str(done.correlation_id) for done in dones(rig)} == set(ids[0])
     assert {path.rsplit("/", 2)[-2] for path in rig.fs.deleted} == {"t0"}
+
+
+def test_a_member_sent_out_of_its_bundle_is_answered_only_by_a_lock_list_asked_after_the_bundles_check() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    bundle = bundles(rig)[-1]
+    written_ms = int(members_of(bundle)[0].occurred_at.timestamp() * 1000)  # the check that wrote it
+    asked: dict[str, int | None] = {}
+    take = rig.handler.take_checked_at_ms
+
+    def recorded(event_id: uuid.UUID) -> int | None:
+        asked[str(event_id)] = answer = take(event_id)
+        return answer
+
+    rig.handler.take_checked_at_ms = recorded  # type: ignore[method-assign]
+    rig.metastore.release(lock_id(2))
+    cycle(loop, rig, consumer, seen, 2)  # sent out, then read back
+    [member] = [group for group in members_of(bundle) if group.table == "sales.t2"]
+    # Read back on its own, the member needs a lock list asked after the bundle's check, which was after
+    # the check that wrote the bundle: never an older one (its vacuums committed before that check).
+    assert rig.metrics.events.labels("bundle_spilled")._value.get() == 1
+    required = asked[str(member.event_id)]
+    assert required is not None and required >= written_ms
+    assert required <= rig.clock.now_ms()
+
+
+def test_a_table_whose_records_are_in_two_bundles_is_rechecked_in_both_and_cleaned_once_its_reader_leaves() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig, per_table=1)
+    cycle(loop, rig, consumer, seen, 3)
+    # A second waiting vacuum of sales.t1, parked by another process in a bundle of its own.
+    singles = [delta_name(w, w, 0) for w in range(4, 7)]
+    rig.fs.add_acid_dirs(location(1), [*singles, delta_name(4, 6)])
+    second = vacuum(
+        event_id=uuid.uuid4(),
+        table="sales.t1",
+        partition=None,
+        location=location(1),
+        vacuum_job_id="job-1-elsewhere",
+        new_directories=[delta_name(4, 6)],
+        obsolete_directories=singles,
+        highest_write_id=6,
+        lock_snapshot=[lock(lock_id(1))],
+    )
+    rig.fs.mark_vacuum_output(second)
+    now = rig.clock.now()
+    parked = delay_envelope(
+        second, Readiness(False, (lock(lock_id(1)),)), now=now, interval_ms=2000, max_wait_s=3600, due=now
+    )
+    other = Bundle(event_id=uuid.uuid4(), tenant="acme", partition=0, members=(parked,), occurred_at=now)
+    out = other.outgoing("/acidclean/cleaner/elsewhere")
+    log = consumer.logs[(D, 0)]
+    log.append(RawRecord(D, 0, len(log), out.key, out.value, out.headers))
+    both = {ids[1][0], str(second.event_id)}
+    for _ in range(3):
+        before = len(bundles(rig))
+        cycle(loop, rig, consumer, seen, 1)
+        carried = {
+            str(event.correlation_id)
+            for record in bundles(rig)[before:]
+            for event in map(encode_back, unpack(record).members)  # type: ignore[union-attr]
+            if isinstance(event, DelayEnvelope) and event.table == "sales.t1"
+        }
+        assert carried == both  # each interval, both records of sales.t1 went on
+    assert rig.fs.deleted == [] and dones(rig) == []
+    rig.metastore.release(lock_id(1))
+    cycle(loop, rig, consumer, seen, 3)
+    assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted(both)
+    assert {path.rsplit("/", 2)[-2] for path in rig.fs.deleted} == {"t1"}
