@@ -29,6 +29,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import msgspec
 
@@ -484,20 +485,48 @@ def carry_unchanged(group: WaitingGroup, *, checked_at: datetime, due_at: dateti
     ``unchanged.checks`` one higher. Its id is derived from the group's, so a replay of the same check
     publishes the same id."""
     assert group.unchanged is not None
-    summary = group.unchanged.wire
     event_id = derived_event_id(group.event_id, "unchanged")
-    wire = WireGroup(
+    wire = _one_check_more(
+        WireGroup(
+            schema_version=1,
+            event_id=str(group.event_id),
+            tenant=group.tenant,
+            table=group.table,
+            partition=group.partition,
+            occurred_at="",
+            causation_id=None,
+            correlation_id=None,
+            due_at="",
+            waiting=list(group.entries),
+            unchanged=group.unchanged.wire,
+        ),
+        event_id,
+        checked_at,
+        due_at,
+    )
+    return GroupOut(_group_shell(wire, event_id, group.event_id, checked_at, due_at), group.entries)
+
+
+_Group = TypeVar("_Group", WireGroup, WireGroupCarried)
+
+
+def _one_check_more(previous: _Group, next_id: uuid.UUID, checked_at: datetime, due_at: datetime) -> _Group:
+    """The record that carries ``previous`` (a group with an ``unchanged`` summary) on after one more
+    check that left it as it was: the same entries, ``checks`` one higher, caused by ``previous``."""
+    summary = previous.unchanged
+    assert summary is not None
+    return type(previous)(
         schema_version=1,
-        event_id=str(event_id),
-        tenant=group.tenant,
-        table=group.table,
-        partition=group.partition,
+        event_id=str(next_id),
+        tenant=previous.tenant,
+        table=previous.table,
+        partition=previous.partition,
         occurred_at=iso(checked_at),
-        causation_id=str(group.event_id),
+        causation_id=previous.event_id,
         correlation_id=None,
         due_at=iso(due_at),
-        waiting=list(group.entries),
-        merged_from=[str(group.event_id)],
+        waiting=previous.waiting,
+        merged_from=[previous.event_id],
         unchanged=WireUnchanged(
             lock_ids=summary.lock_ids,
             checks=summary.checks + 1,
@@ -505,7 +534,6 @@ def carry_unchanged(group: WaitingGroup, *, checked_at: datetime, due_at: dateti
             oldest_unstuck_commit=summary.oldest_unstuck_commit,
         ),
     )
-    return GroupOut(_group_shell(wire, event_id, group.event_id, checked_at, due_at), group.entries)
 
 
 @dataclass(frozen=True)
@@ -564,26 +592,7 @@ def carry_on_unread(
     if not unchanged_now(group, held_ids, now, max_wait_s):
         return None
     next_id = derived_event_id(event_id, "unchanged")
-    summary = wire.unchanged
-    successor = WireGroupCarried(
-        schema_version=1,
-        event_id=str(next_id),
-        tenant=wire.tenant,
-        table=wire.table,
-        partition=wire.partition,
-        occurred_at=iso(now),
-        causation_id=str(event_id),
-        correlation_id=None,
-        due_at=iso(due_at),
-        waiting=wire.waiting,
-        merged_from=[str(event_id)],
-        unchanged=WireUnchanged(
-            lock_ids=summary.lock_ids,
-            checks=summary.checks + 1,
-            oldest_commit=summary.oldest_commit,
-            oldest_unstuck_commit=summary.oldest_unstuck_commit,
-        ),
-    )
+    successor = _one_check_more(wire, next_id, now, due_at)
     shell = empty_group_shell(next_id, wire.tenant, wire.table, wire.partition, now, event_id, due_at)
     shell.attach_wire_value(_ENCODER.encode(successor))
     return CarriedOn(GroupOut(shell, ()), group, len(wire.waiting))
