@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.bus.bundle import BUNDLE_TYPE, ReadBundle, unpack
 from acidclean.shared.bus.records import RawRecord
 
@@ -30,9 +31,12 @@ class WaitingBundle:
     due_at: datetime
     oldest_commit: datetime
     members: tuple[RawRecord, ...]
-    # Keys whose members its check must send out on their own whatever their locks: fresh vacuums of
-    # those tables wait to be checked with them (the loop's joiners), which happens in their lanes.
+    # Keys whose members its check must send out on their own whatever their locks: records of those
+    # tables wait to be checked with them (the loop's joiners), which happens in their lanes.
     spill: set[bytes] = field(default_factory=set, compare=False)
+    # Fresh vacuums of its tables that ride in its lane, by key: its check may take them into their
+    # table's next record (CleanupHandler._absorbing); those it does not go back to their own lanes.
+    riders: dict[bytes, tuple[VacuumCommitted, ...]] = field(default_factory=dict, compare=False)
     event_type = BUNDLE_TYPE
     table = ""  # a bundle has no table of its own: each member names its own
     partition = None

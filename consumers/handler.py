@@ -69,6 +69,7 @@ from acidclean.consumers.waiting import (
     empty_group_shell,
     entry_of_envelope,
     group_of_model,
+    read_envelope,
     read_group,
     still_waiting,
     unchanged_now,
@@ -107,7 +108,9 @@ _Result = TypeVar("_Result")
 SLOW_SHOW_LOCKS_MS = 50
 ISOLATION_GIVE_UP_S = 1.0  # an event retried alone that fails slower than this: the broker is away
 
-OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run", "dropped"]
+# "rejoined": a fresh vacuum that rode with its table's bundle and was not absorbed by its check: the
+# loop hands it back to its table's lane, to be checked there in full (nothing was published for it).
+OutcomeKind = Literal["cleaned", "delayed", "dead_lettered", "table_dropped", "dry_run", "dropped", "rejoined"]
 
 
 class CleanerMetastore(Protocol):
@@ -430,6 +433,7 @@ class _BundleCheck:
     outcome_id: str
     carried: list[_DelayOut]  # the members carried on, each as its next record
     spilled: list[Republished]
+    absorbed: int = 0  # members that took their tables' fresh vacuums in (their records are the tables')
 
 
 @dataclass(frozen=True)
@@ -476,6 +480,11 @@ class TableLockCheck:
         # The delay partition this table's records were read from (its key's): where its next delay
         # records may go on in a bundle. None while its records came from the vacuum topic only.
         self.read_from: int | None = None
+        # Outcomes (a bundle's) that this table's delay records carry besides their own.
+        self.carries_for: tuple[str, ...] = ()
+        # A bundle's lane only: the fresh vacuums riding with it that its check took in, by event id,
+        # each with its table's check (any other work of the lane goes back to its own table's lane).
+        self.riders: dict[str, TableLockCheck] | None = None
 
     @property
     def current_locks(self) -> list[LockInfo]:
@@ -625,7 +634,10 @@ class CleanupHandler:
 
     def lock_check(self, work: Work, batch: OutcomeBatch | None = None) -> TableLockCheck:
         table = work.event.table if not isinstance(work.event, CleanupRejected) else None
-        return TableLockCheck(self, table or "", batch)
+        check = TableLockCheck(self, table or "", batch)
+        if isinstance(work.event, WaitingBundle):
+            check.riders = {}
+        return check
 
     def lock_view(self, read_by_ms: int) -> LockView:
         """The newest :class:`LockView` if it was asked for after ``read_by_ms`` (in a later millisecond
@@ -768,6 +780,8 @@ class CleanupHandler:
 
     def _handle_work(self, work: Work, locks: TableLockCheck) -> Outcome:
         event = work.event
+        if locks.riders is not None and not isinstance(event, WaitingBundle):
+            return self._ride(work, locks.riders)
         if work.record.topic == self.config.topics.cleanup_delay and not isinstance(event, WaitingBundle):
             locks.read_from = work.record.partition
         if isinstance(event, CleanupRejected):
@@ -941,6 +955,8 @@ class CleanupHandler:
             )
             for out, unread in unread_groups
         ]
+        if locks.carries_for:
+            outs = [dataclasses.replace(out, outcome_ids=out.outcome_ids + locks.carries_for) for out in outs]
         return outs
 
     def _delay_published(self, out: _DelayOut) -> None:
@@ -982,7 +998,7 @@ class CleanupHandler:
             packed[key] = (
                 out if known is None else dataclasses.replace(known, outcome_ids=known.outcome_ids + out.outcome_ids)
             )
-        from_bundles = {check.partition for check in checks if check.carried}
+        from_bundles = {check.partition for check in checks if check.carried or check.absorbed}
         bundles: list[tuple[Bundle, list[_DelayOut]]] = []
         for partition, by_id in by_partition.items():
             packed_outs = list(by_id.values())
@@ -1234,15 +1250,29 @@ class CleanupHandler:
             held = None  # fail closed: each member is checked in full, which records why it waits
         carried: list[_DelayOut] = []
         spilled: list[Republished] = []
+        absorbing: list[TableLockCheck] = []
         source = (str(bundle.event_id),)
         partition = work.record.partition
+        by_key: dict[bytes, list[RawRecord]] = {}
         for member in bundle.members:
-            out = None if held is None or member.key in bundle.spill else self._carry_member(member, held, now, due)
-            if out is None:
-                spilled.append(republished(member))
-            else:
-                carried.append(dataclasses.replace(out, outcome_ids=source, read_from=partition))
-        batch.bundles.append(_BundleCheck(partition, source[0], carried, spilled))
+            by_key.setdefault(member.key or b"", []).append(member)
+        for key, members in by_key.items():
+            riders = bundle.riders.get(key, ())
+            if held is not None and not own_batch and (riders or len(members) > 1) and key not in bundle.spill:
+                table = self._absorbing(members, riders, held, now, due, batch, partition, source)
+                if table is not None:
+                    absorbing.append(table)
+                    if locks.riders is not None:
+                        locks.riders.update((str(rider.event_id), table) for rider in riders)
+                    continue
+            for member in members:
+                out = None if held is None or key in bundle.spill else self._carry_member(member, held, now, due)
+                if out is None:
+                    spilled.append(republished(member))
+                else:
+                    carried.append(dataclasses.replace(out, outcome_ids=source, read_from=partition))
+        batch.tables.extend(absorbing)
+        batch.bundles.append(_BundleCheck(partition, source[0], carried, spilled, len(absorbing)))
         # A spilled member's vacuums all committed before the check that wrote the bundle: a lock list
         # asked after that check (as this one was) may answer it.
         read_by = datetime.fromtimestamp(batch.check.read_by_ms / 1000, timezone.utc)
@@ -1279,6 +1309,93 @@ class CleanupHandler:
         out = carry_unchanged(group, checked_at=now, due_at=due)
         unread = _Unchanged(group, now, due, held)
         return _DelayOut(out.event, (), None, now, group.oldest_commit, partial(self._carried_published, out, unread))
+
+    def _absorbing(
+        self,
+        members: Sequence[RawRecord],
+        riders: Sequence[VacuumCommitted],
+        held: set[int],
+        now: datetime,
+        due: datetime,
+        batch: OutcomeBatch,
+        partition: int,
+        outcome_ids: tuple[str, ...],
+    ) -> TableLockCheck | None:
+        """One check of a bundled table's records (several when the table's vacuums were parked by
+        separate checks or processes) that takes in its fresh vacuums (``riders``) and writes them all
+        on in one record, if this check leaves every record waiting as it was and finds every rider
+        not ready; else None (each record goes on, or out, as any other; the riders go back to their
+        table's lane, checked there in full).
+
+        A record is kept as a check of it in full would keep it (an unchanged group, or a lone vacuum
+        whose every lock is listed); each rider is delayed when its own work runs next in this bundle's
+        lane (:meth:`_ride`); the table's delay records, merged and written at flush_batch, carry the
+        bundle's outcome too: its offset moves only once they are acknowledged. Only ever "still
+        waiting": a rider that may be ready, or whose claims are refused, is left to its lane."""
+        table: TableLockCheck | None = None
+        listed: set[int] | str = ""
+        key = ""
+        max_wait = self.config.max_wait_s
+        for member in members:
+            ce_type = _ce_type(member)
+            if ce_type == _GROUP_TYPE:
+                group = read_group(member, self.config.tenant)
+            elif ce_type == _ENVELOPE_TYPE:
+                group = read_envelope(member, self.config.tenant)
+            else:
+                return None
+            if group is None:
+                return None
+            if table is None:
+                key = group.key
+                if any(rider.key != key for rider in riders):
+                    return None
+                table = TableLockCheck(self, group.table)
+                table.batch, table.read_from, table.carries_for = batch, partition, outcome_ids
+                table._due = due
+                listed = table.held_lock_ids(every_lock=True)  # the batch's unfiltered list: no call of its own
+                if isinstance(listed, str):
+                    return None
+            elif group.key != key:
+                return None
+            assert not isinstance(listed, str)
+            if group.single:
+                if carry_envelope_on(member, self.config.tenant, held, now, max_wait, due) is None:
+                    return None
+                try:
+                    [single] = group.members
+                except UnreadableGroup:
+                    return None
+                waiting = self._still_waiting(group, single, str(group.event_id), listed, None, (), now, due)
+                table.waiting.append(waiting)
+            elif unchanged_now(group, listed, now, max_wait):
+                table.unchanged.append(_Unchanged(group, now, due, listed))
+            else:
+                return None
+        if table is None:
+            return None
+        for rider in riders:
+            if check_claims(rider) is not None or table.readiness(rider).ready:
+                return None
+        if len(members) > 1:
+            self._metrics.events.labels("bundle_merged").inc(len(members) - 1)
+        return table
+
+    def _ride(self, work: Work, riders: dict[str, TableLockCheck]) -> Outcome:
+        """A work of a bundle's lane other than the bundle: a fresh vacuum of a bundled table. Delayed
+        into its table's next record if the bundle's check took it in (:meth:`_absorbing`), else
+        handed back to its table's lane: a bundle's lane checks nothing in full."""
+        event = work.event
+        if not isinstance(event, VacuumCommitted):
+            raise AssertionError(f"only fresh vacuums ride in a bundle's lane, not {type(event).__name__}")
+        table = riders.pop(str(event.event_id), None)
+        if table is None:
+            return Outcome("rejoined", event)
+        readiness = table.readiness(event)  # the same lists the bundle's check asked: still not ready
+        if readiness.ready:
+            return Outcome("rejoined", event)
+        self._metrics.events.labels("joined_in_bundle").inc()
+        return self._delay(event, readiness, table)
 
     def _single_carried(self, envelope: DelayEnvelope) -> None:
         self._metrics.requeues.inc()

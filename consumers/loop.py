@@ -458,7 +458,7 @@ class CleanerLoop:
         lane.append(work)
         if isinstance(work.event, WaitingBundle):
             if self._joiners:
-                self._spill_joined(work.event, now)
+                self._spill_joined(work.event, lane, now)
             return
         if partition[0] == self.config.delay_topic and self._joiners and not isinstance(work.event, CleanupRejected):
             joining = self._joiners.pop(work.event.key, None)
@@ -529,14 +529,28 @@ class CleanerLoop:
         self._joiners.setdefault(key, []).append((work, deadline_ms))
         self._joiners_due_ms = min(self._joiners_due_ms, deadline_ms)
 
-    def _spill_joined(self, bundle: WaitingBundle, now: int) -> None:
-        """Fresh vacuums wait to join some of the bundle's tables: the bundle's check sends those
-        tables' records out on their own (due at once), and each, read back, takes its joiners along
-        into its lane, so a table's vacuums go on waiting in one record. The joiners wait an interval
-        more for it (then they are checked alone, as for any record that does not come)."""
+    def _spill_joined(self, bundle: WaitingBundle, lane: list[Work], now: int) -> None:
+        """Records wait to join some of the bundle's tables. Fresh vacuums ride in the bundle's lane:
+        its check takes those still waiting into their table's next record, and hands the others back
+        to their tables' lanes (a Kafka round trip less per table than reading the record back, which
+        with fresh vacuums of many tables arriving over many intervals was most of what a cleaner did).
+        For a table whose joiners include delay records, the bundle's check sends its record out on
+        its own (due at once), and, read back, it takes its joiners along into its lane; they wait an
+        interval more for it (then they are checked alone, as for any record that does not come)."""
         for key in bundle.member_keys():
-            joining = self._joiners.get(key.decode("utf-8", "replace"))
+            name = key.decode("utf-8", "replace")
+            joining = self._joiners.get(name)
             if joining is None:
+                continue
+            if all(
+                joiner.partition[0] == self.config.vacuum_topic and isinstance(joiner.event, VacuumCommitted)
+                for joiner, _ in joining
+            ):
+                del self._joiners[name]
+                for joiner, _ in joining:
+                    self._unjoin(joiner)
+                    lane.append(joiner)
+                bundle.riders[key] = tuple(joiner.event for joiner, _ in joining)  # type: ignore[misc]
                 continue
             bundle.spill.add(key)
             deadline = now + self.config.interval_ms
@@ -886,6 +900,10 @@ class CleanerLoop:
                 self._rewind(work.partition, state)
             return
         if item.outcome is None or not current or state is None:
+            return
+        if item.outcome.kind == "rejoined":  # rode with a bundle that did not take it in: its own lane next
+            if state.accepting:
+                self._lanes.setdefault(work.lane, _Lane()).queue.append(work)
             return
         state.in_flight.discard(work.offset)
         state.tracked.pop(work.offset, None)
