@@ -1250,7 +1250,7 @@ class CleanupHandler:
             held = None  # fail closed: each member is checked in full, which records why it waits
         carried: list[_DelayOut] = []
         spilled: list[Republished] = []
-        absorbing: list[TableLockCheck] = []
+        absorbing: list[tuple[TableLockCheck, Sequence[VacuumCommitted]]] = []
         source = (str(bundle.event_id),)
         partition = work.record.partition
         by_key: dict[bytes, list[RawRecord]] = {}
@@ -1261,9 +1261,7 @@ class CleanupHandler:
             if held is not None and not own_batch and (riders or len(members) > 1) and key not in bundle.spill:
                 table = self._absorbing(members, riders, held, now, due, batch, partition, source)
                 if table is not None:
-                    absorbing.append(table)
-                    if locks.riders is not None:
-                        locks.riders.update((str(rider.event_id), table) for rider in riders)
+                    absorbing.append((table, riders))
                     continue
             for member in members:
                 out = None if held is None or key in bundle.spill else self._carry_member(member, held, now, due)
@@ -1271,7 +1269,10 @@ class CleanupHandler:
                     spilled.append(republished(member))
                 else:
                     carried.append(dataclasses.replace(out, outcome_ids=source, read_from=partition))
-        batch.tables.extend(absorbing)
+        # Only now, once the whole check is done (a retried check starts again from nothing).
+        batch.tables.extend(table for table, _ in absorbing)
+        if locks.riders is not None:
+            locks.riders.update((str(rider.event_id), table) for table, riders in absorbing for rider in riders)
         batch.bundles.append(_BundleCheck(partition, source[0], carried, spilled, len(absorbing)))
         # A spilled member's vacuums all committed before the check that wrote the bundle: a lock list
         # asked after that check (as this one was) may answer it.
