@@ -1390,10 +1390,9 @@ class CleanupHandler:
         if not isinstance(event, VacuumCommitted):
             raise AssertionError(f"only fresh vacuums ride in a bundle's lane, not {type(event).__name__}")
         table = riders.pop(str(event.event_id), None)
-        if table is None:
-            return Outcome("rejoined", event)
-        readiness = table.readiness(event)  # the same lists the bundle's check asked: still not ready
-        if readiness.ready:
+        readiness = None if table is None else table.readiness(event)  # the lists the bundle's check asked
+        if table is None or readiness is None or readiness.ready:
+            self._metrics.events.labels("rejoined").inc()
             return Outcome("rejoined", event)
         self._metrics.events.labels("joined_in_bundle").inc()
         return self._delay(event, readiness, table)

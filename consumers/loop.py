@@ -225,6 +225,9 @@ class CleanerLoop:
         # Fresh vacuums waiting to be checked with their key's delay record: key -> [(work, deadline ms)].
         self._joiners: dict[str, list[tuple[Work, int]]] = {}
         self._joiners_due_ms = _NEVER  # no joiner's deadline is before this
+        # Joiners riding in a bundle's lane (partition, offset, generation): still counted as joiners
+        # until they finish, so they never hold back the reading of the delay partitions.
+        self._riding: set[tuple[Partition, int, int]] = set()
         self._finished: queue.Queue[_Finished | _LaneFree | _BatchFree] = queue.Queue()
         self._running_batches = 0
         self._guard = threading.Lock()  # states' generation/accepting and the executing counts
@@ -548,7 +551,7 @@ class CleanerLoop:
             ):
                 del self._joiners[name]
                 for joiner, _ in joining:
-                    self._unjoin(joiner)
+                    self._riding.add((joiner.partition, joiner.offset, joiner.generation))
                     lane.append(joiner)
                 bundle.riders[key] = tuple(joiner.event for joiner, _ in joining)  # type: ignore[misc]
                 continue
@@ -886,6 +889,12 @@ class CleanerLoop:
         work = item.work
         state = self._states.get(work.partition)
         current = state is not None and state.generation == work.generation
+        if self._riding:
+            riding = (work.partition, work.offset, work.generation)
+            if riding in self._riding:
+                self._riding.discard(riding)
+                if current:
+                    self._unjoin(work)
         if item.error is not None:
             log(
                 LOGGER,
@@ -1016,6 +1025,7 @@ class CleanerLoop:
         self._purge_joiners(partitions)
 
     def _purge_joiners(self, partitions: set[Partition]) -> None:
+        self._riding = {riding for riding in self._riding if riding[0] not in partitions}
         for key in list(self._joiners):
             kept = [(work, deadline) for work, deadline in self._joiners[key] if work.partition not in partitions]
             if kept:

@@ -274,6 +274,7 @@ def measure(
     calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
     carried = 'acidclean_cleaner_events_total{outcome="carried_unread"}'
     spilled = 'acidclean_cleaner_events_total{outcome="bundle_spilled"}'
+    taken = [f'acidclean_cleaner_events_total{{outcome="{name}"}}' for name in ("joined_in_bundle", "rejoined")]
     # Until the cleaner has taken in what was just published (every parked vacuum re-checked within
     # one interval): the report is of the steady state with that many parked; the time it took to
     # get there (the first check of every new vacuum, and its joining its table's record) is printed.
@@ -289,6 +290,7 @@ def measure(
     before = sum(scrape(port, calls) for _, port in cleaners)
     carried_before = sum(scrape(port, carried) for _, port in cleaners)
     spilled_before = sum(scrape(port, spilled) for _, port in cleaners)
+    taken_before = [sum(scrape(port, name) for _, port in cleaners) for name in taken]
     records_before, bundles_before = watcher.envelopes, watcher.bundles
     start = time.time()
     time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
@@ -299,6 +301,10 @@ def measure(
     made = sum(scrape(port, calls) for _, port in cleaners) - before
     unread = sum(scrape(port, carried) for _, port in cleaners) - carried_before
     spills = (sum(scrape(port, spilled) for _, port in cleaners) - spilled_before) / WINDOW_INTERVALS
+    joined, rejoined = (
+        (sum(scrape(port, name) for _, port in cleaners) - before_count) / WINDOW_INTERVALS
+        for name, before_count in zip(taken, taken_before, strict=True)
+    )
     rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
     early = [late for late in samples if late < 0]
     per_interval = len(samples) / WINDOW_INTERVALS
@@ -306,7 +312,8 @@ def measure(
     print(
         f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} delay records re-checked/interval carrying "
         f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread / WINDOW_INTERVALS:,.0f} carried unread) in "
-        f"{kafka_records:,.0f} Kafka records ({bundles:,.0f} bundles; {spills:,.0f} bundle members sent out alone): "
+        f"{kafka_records:,.0f} Kafka records ({bundles:,.0f} bundles; {spills:,.0f} bundle members sent out alone; "
+        f"fresh vacuums {joined:,.0f} taken in by bundle checks, {rejoined:,.0f} handed back to their lanes): "
         "lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
