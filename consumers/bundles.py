@@ -35,7 +35,7 @@ class WaitingBundle:
     # tables wait to be checked with them (the loop's joiners), which happens in their lanes.
     spill: set[bytes] = field(default_factory=set, compare=False)
     # Fresh vacuums of its tables that ride in its lane, by key: its check may take them into their
-    # table's next record (CleanupHandler._absorbing); those it does not go back to their own lanes.
+    # table's next record (CleanupHandler._kept_in_bundle); those it does not go back to their own lanes.
     riders: dict[bytes, tuple[VacuumCommitted, ...]] = field(default_factory=dict, compare=False)
     event_type = BUNDLE_TYPE
     table = ""  # a bundle has no table of its own: each member names its own

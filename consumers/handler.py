@@ -26,6 +26,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -247,6 +248,7 @@ class LockView:
         self.asked_ms = asked_ms
         self._locks: list[LockInfo] | None = None
         self._by_table: dict[tuple[str, str], list[LockInfo]] | None = None
+        self._ids: frozenset[int] | None = None
         self._txns: ValidTxnList | None = None
         self._guard = threading.Lock()
         self.served = 0  # tables answered
@@ -261,6 +263,14 @@ class LockView:
                     self._handler.forget_lock_view(self)
                     raise
             return self._locks
+
+    def lock_ids(self) -> frozenset[int]:
+        """The ids of every lock, as a set built once (each bundle's check asks for it)."""
+        locks = self.all_locks()
+        with self._guard:
+            if self._ids is None:
+                self._ids = frozenset(lock.lock_id for lock in locks)
+            return self._ids
 
     def table_locks(self, table: str) -> list[LockInfo]:
         """One table's locks, by an index built once (a scan per table would cost tables x locks)."""
@@ -315,6 +325,11 @@ class SharedCheck:
             except MetastoreError as error:
                 self._locks_error = error
         raise self._locks_error
+
+    def lock_ids(self) -> frozenset[int]:
+        """The ids of :meth:`all_locks` (raises as it does)."""
+        self.all_locks()
+        return self._answers().lock_ids()
 
     def transactions(self) -> ValidTxnList:
         if self._txns_error is None:
@@ -420,7 +435,7 @@ class _Unchanged:
     group: WaitingGroup
     checked_at: datetime
     due_at: datetime
-    held_ids: set[int]  # the table's locks the check listed
+    held_ids: AbstractSet[int]  # the table's locks the check listed
     vacuums: int | None = None  # how many it carries, when its entries were not read (else theirs)
 
 
@@ -1243,9 +1258,9 @@ class CleanupHandler:
             return Outcome("delayed", shell)
         own_batch = locks.batch is None
         batch = self.batch(1) if locks.batch is None else locks.batch
-        held: set[int] | None
+        held: frozenset[int] | None
         try:
-            held = {lock.lock_id for lock in batch.check.all_locks()}
+            held = batch.check.lock_ids()
         except MetastoreError:
             held = None  # fail closed: each member is checked in full, which records why it waits
         carried: list[_DelayOut] = []
@@ -1259,16 +1274,22 @@ class CleanupHandler:
         for key, members in by_key.items():
             riders = bundle.riders.get(key, ())
             if held is not None and not own_batch and (riders or len(members) > 1) and key not in bundle.spill:
-                table = self._absorbing(members, riders, held, now, due, batch, partition, source)
+                table = self._kept_in_bundle(members, riders, held, now, due, batch, partition, source)
                 if table is not None:
                     absorbing.append((table, riders))
                     continue
             for member in members:
                 out = None if held is None or key in bundle.spill else self._carry_member(member, held, now, due)
-                if out is None:
+                if out is not None:
+                    carried.append(dataclasses.replace(out, outcome_ids=source, read_from=partition))
+                    continue
+                table = None
+                if held is not None and not own_batch and key not in bundle.spill and len(members) == 1:
+                    table = self._kept_in_bundle(members, (), held, now, due, batch, partition, source)
+                if table is None:
                     spilled.append(republished(member))
                 else:
-                    carried.append(dataclasses.replace(out, outcome_ids=source, read_from=partition))
+                    absorbing.append((table, ()))
         # Only now, once the whole check is done (a retried check starts again from nothing).
         batch.tables.extend(table for table, _ in absorbing)
         if locks.riders is not None:
@@ -1285,7 +1306,9 @@ class CleanupHandler:
             raise next(iter(failed.values()))
         return Outcome("delayed", shell)
 
-    def _carry_member(self, member: RawRecord, held: set[int], now: datetime, due: datetime) -> _DelayOut | None:
+    def _carry_member(
+        self, member: RawRecord, held: AbstractSet[int], now: datetime, due: datetime
+    ) -> _DelayOut | None:
         """A bundle member's next record if a check now leaves it waiting as it was (its locks all still
         listed), else None: it must be read and checked in full, on its own."""
         tenant, max_wait = self.config.tenant, self.config.max_wait_s
@@ -1311,28 +1334,32 @@ class CleanupHandler:
         unread = _Unchanged(group, now, due, held)
         return _DelayOut(out.event, (), None, now, group.oldest_commit, partial(self._carried_published, out, unread))
 
-    def _absorbing(
+    def _kept_in_bundle(
         self,
         members: Sequence[RawRecord],
         riders: Sequence[VacuumCommitted],
-        held: set[int],
+        held: AbstractSet[int],
         now: datetime,
         due: datetime,
         batch: OutcomeBatch,
         partition: int,
         outcome_ids: tuple[str, ...],
     ) -> TableLockCheck | None:
-        """One check of a bundled table's records (several when the table's vacuums were parked by
-        separate checks or processes) that takes in its fresh vacuums (``riders``) and writes them all
-        on in one record, if this check leaves every record waiting as it was and finds every rider
-        not ready; else None (each record goes on, or out, as any other; the riders go back to their
-        table's lane, checked there in full).
+        """One check of a bundled table's records, in the bundle's lane, that writes them on in one
+        record with the table's fresh vacuums (``riders``) taken in: when the table's vacuums were
+        parked by separate checks or processes (several records), when fresh vacuums of it ride with
+        the bundle, or when a record cannot be carried on unread (its summary's check limit, a vacuum
+        near the max wait, a lone vacuum with an old check error). None when any of its vacuums may be
+        ready, a record does not read, or a rider may be ready or has refused claims: each record then
+        goes on, or out to its table's lane, as any other, and the riders go back to their lane.
 
-        A record is kept as a check of it in full would keep it (an unchanged group, or a lone vacuum
-        whose every lock is listed); each rider is delayed when its own work runs next in this bundle's
-        lane (:meth:`_ride`); the table's delay records, merged and written at flush_batch, carry the
-        bundle's outcome too: its offset moves only once they are acknowledged. Only ever "still
-        waiting": a rider that may be ready, or whose claims are refused, is left to its lane."""
+        A group whose summary's locks are all listed is kept as it is (read and merged only when the
+        table has other records or riders); any other record is read in full and kept only if every
+        vacuum of it waits on a listed lock of its snapshot, with no open-transaction rule to apply,
+        and written as the table's lane writes it (:meth:`_still_waiting`). Each rider is delayed when
+        its own work runs next in this bundle's lane (:meth:`_ride`); the table's delay records,
+        merged and written at flush_batch, carry the bundle's outcome too: its offset moves only once
+        they are acknowledged. Only ever "still waiting"."""
         table: TableLockCheck | None = None
         listed: set[int] | str = ""
         key = ""
@@ -1360,19 +1387,23 @@ class CleanupHandler:
             elif group.key != key:
                 return None
             assert not isinstance(listed, str)
-            if group.single:
-                if carry_envelope_on(member, self.config.tenant, held, now, max_wait, due) is None:
-                    return None
-                try:
-                    [single] = group.members
-                except UnreadableGroup:
-                    return None
-                waiting = self._still_waiting(group, single, str(group.event_id), listed, None, (), now, due)
-                table.waiting.append(waiting)
-            elif unchanged_now(group, listed, now, max_wait):
+            if not group.single and unchanged_now(group, listed, now, max_wait):
                 table.unchanged.append(_Unchanged(group, now, due, listed))
-            else:
+                continue
+            # Read in full: kept only if every vacuum of it certainly waits, and written on as the
+            # table's lane would write it (attempts, stuck state and a new summary).
+            try:
+                read = group.members
+            except UnreadableGroup:
                 return None
+            if not all(self._waits_on_a_listed_lock(vacuum, listed) for vacuum in read):
+                return None
+            outcome_id = str(group.event_id)
+            table.waiting.extend(
+                self._still_waiting(group, vacuum, outcome_id, listed, None, (), now, due) for vacuum in read
+            )
+            if not group.single:
+                self._metrics.events.labels("bundle_read_in_full").inc()
         if table is None:
             return None
         for rider in riders:
@@ -1382,9 +1413,20 @@ class CleanupHandler:
             self._metrics.events.labels("bundle_merged").inc(len(members) - 1)
         return table
 
+    def _waits_on_a_listed_lock(self, member: Member, listed: set[int]) -> bool:
+        """Whether a full check finds ``member`` not ready, for a reason a bundle's check can write: a
+        lock of its snapshot listed (rule 1), and no open-transaction rule to apply (that one is
+        left to the table's lane, which records the transactions it waits for)."""
+        view = member.view
+        if view.next_txn_id is not None and (
+            self.config.wait_for_open_txns or committed_through_transaction(view.new_directories)
+        ):
+            return False
+        return any(lock_id in listed for lock_id in member.lock_ids)
+
     def _ride(self, work: Work, riders: dict[str, TableLockCheck]) -> Outcome:
         """A work of a bundle's lane other than the bundle: a fresh vacuum of a bundled table. Delayed
-        into its table's next record if the bundle's check took it in (:meth:`_absorbing`), else
+        into its table's next record if the bundle's check took it in (:meth:`_kept_in_bundle`), else
         handed back to its table's lane: a bundle's lane checks nothing in full."""
         event = work.event
         if not isinstance(event, VacuumCommitted):
@@ -1418,7 +1460,7 @@ class CleanupHandler:
         group: WaitingGroup,
         member: Member,
         outcome_id: str,
-        held_ids: set[int] | None,
+        held_ids: AbstractSet[int] | None,
         error: str | None,
         open_txns: tuple[int, ...],
         now: datetime,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import uuid
 import zlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TypeVar
@@ -466,7 +467,7 @@ def summary_of(entries: Sequence[WireWaiting], facts: Sequence[EntryFacts], *, c
     )
 
 
-def unchanged_now(group: WaitingGroup, held_ids: set[int], now: datetime, max_wait_s: float) -> bool:
+def unchanged_now(group: WaitingGroup, held_ids: AbstractSet[int], now: datetime, max_wait_s: float) -> bool:
     """Whether a check now, with ``held_ids`` listed, leaves every vacuum of ``group`` as it was: every
     lock they wait on still listed (so none is ready) and none about to be reported stuck."""
     unchanged = group.unchanged
@@ -547,7 +548,7 @@ class CarriedOn:
 
 
 def carry_on_unread(
-    record: RawRecord, tenant: str, held_ids: set[int], now: datetime, max_wait_s: float, due_at: datetime
+    record: RawRecord, tenant: str, held_ids: AbstractSet[int], now: datetime, max_wait_s: float, due_at: datetime
 ) -> CarriedOn | None:
     """The next ``DelayedVacuums`` of the group in ``record`` if a check now leaves it unchanged
     (:func:`unchanged_now`), written on with its entries' bytes unread; None when its entries must be
@@ -599,7 +600,7 @@ def carry_on_unread(
 
 
 def carry_envelope_on(
-    record: RawRecord, tenant: str, held_ids: set[int], now: datetime, max_wait_s: float, due_at: datetime
+    record: RawRecord, tenant: str, held_ids: AbstractSet[int], now: datetime, max_wait_s: float, due_at: datetime
 ) -> tuple[DelayEnvelope, datetime] | None:
     """The next ``DelayEnvelope`` of the vacuum waiting alone in ``record`` (and when it committed) if a
     check now leaves it as it was: every lock it waits on still listed (lock ids are never reused, so
@@ -659,7 +660,7 @@ def iso(moment: datetime) -> str:
 def still_waiting(
     member: Member,
     *,
-    held_ids: set[int] | None,
+    held_ids: AbstractSet[int] | None,
     check_error: str | None,
     open_txns: Sequence[int],
     now: datetime,

@@ -28,7 +28,7 @@ from acidclean.shared.settings import Settings
 
 from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum, waiting_vacuum_ids
 from .test_batches_adversarial import unanswered_below_commit
-from .test_delayed_vacuums import dones, forward_delays
+from .test_delayed_vacuums import checks_so_far, dones, forward_delays
 
 pytestmark = [pytest.mark.rule1, pytest.mark.rule5]
 
@@ -571,3 +571,30 @@ def test_a_table_whose_records_are_in_two_bundles_is_rechecked_in_both_then_goes
     cycle(loop, rig, consumer, seen, 3)
     assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted(both)
     assert {path.rsplit("/", 2)[-2] for path in rig.fs.deleted} == {"t1"}
+
+
+def test_a_group_at_its_check_limit_is_read_in_full_by_the_bundles_check_one_check_more_for_each_vacuum() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    first = len(bundles(rig))
+    cycle(loop, rig, consumer, seen, 40)  # past every key's limit of checks carried on unread (16-31)
+    later = bundles(rig)[first - 1 :]
+    assert rig.metrics.events.labels("bundle_read_in_full")._value.get() >= TABLES
+    assert rig.metrics.events.labels("bundle_spilled")._value.get() == 0  # never sent out for it
+    for earlier, next_one in pairwise(later):
+        previous = {group.table: group for group in members_of(earlier)}
+        for group in members_of(next_one):
+            before = previous[group.table]
+            # One check more for every vacuum, whether carried on unread or read and written anew.
+            counted = dict(zip((str(w.vacuum.event_id) for w in group.waiting), checks_so_far(group), strict=True))
+            counted_before = dict(
+                zip((str(w.vacuum.event_id) for w in before.waiting), checks_so_far(before), strict=True)
+            )
+            assert counted == {vacuum: checks + 1 for vacuum, checks in counted_before.items()}
+            assert group.unchanged is not None and group.unchanged.checks < 32
+            assert group.occurred_at >= before.due_at  # never early
+    assert rig.fs.deleted == [] and dones(rig) == []
+    rig.metastore.release(lock_id(5))
+    cycle(loop, rig, consumer, seen, 3)
+    assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted(ids[5])
