@@ -35,7 +35,10 @@ class CleanerMetrics:
             "Events handled, by outcome (cleaned, delayed, dead_lettered, table_dropped, skipped_other_tenant, "
             "dry_run, ready_in_group, carried_unread: delayed again unread, every lock still listed, "
             "bundled: waiting tables' records carried on in a bundle, bundle_spilled: a bundle's record sent out "
-            "on its own to be read in full, bundle_replayed: a bundle read again "
+            "on its own to be read in full, bundle_read_in_full: a bundle's record read in full by its check and "
+            "kept, bundle_merged: a table's records in one bundle merged into one, joined_in_bundle: a fresh "
+            "vacuum taken into its table's record by a bundle's check, rejoined: one handed back to its table's "
+            "lane, bundle_replayed: a bundle read again "
             "after its check was acknowledged, skipped, dropped: not even a dead letter could be built).",
             ["outcome"],
             registry=r,
