@@ -726,10 +726,14 @@ def build_groups(
 ) -> list[GroupOut]:
     """The ``DelayedVacuums`` records of one key's waiting vacuums, at most
     :data:`MAX_WAITING_PER_ENVELOPE` each, each with its ``unchanged`` summary when its vacuums wait on
-    locks alone. Ids are derived from the first source and the vacuums, so a replay of the same check
-    publishes the same ids. ``vacuum_ids`` and ``facts``: the entries' vacuum ids and facts when the
+    locks alone. Ids are derived from the sources and the vacuums, so a replay of the same check
+    publishes the same ids, and no other check does: two checks with the same first source (a vacuum
+    delivered again and merged with the record that already carries it) would otherwise write the same
+    id, and a later record would be taken for a copy of an earlier one (a bundle of it skipped as
+    read, its vacuums lost). ``vacuum_ids`` and ``facts``: the entries' vacuum ids and facts when the
     caller already has them (else they are read from the entries)."""
     outs = []
+    also = ";from:" + ",".join(sorted(str(source) for source in sources[1:])) if len(sources) > 1 else ""
     if vacuum_ids is None or facts is None:
         members = [_member(entry) for entry in entries]
         vacuum_ids = [member.vacuum_id for member in members]
@@ -737,7 +741,7 @@ def build_groups(
     for start in range(0, len(entries), MAX_WAITING_PER_ENVELOPE):
         chunk = entries[start : start + MAX_WAITING_PER_ENVELOPE]
         ids = vacuum_ids[start : start + MAX_WAITING_PER_ENVELOPE]
-        event_id = derived_event_id(sources[0], "delayed-vacuums:" + ",".join(sorted(ids)))
+        event_id = derived_event_id(sources[0], "delayed-vacuums:" + ",".join(sorted(ids)) + also)
         wire = WireGroup(
             schema_version=1,
             event_id=str(event_id),

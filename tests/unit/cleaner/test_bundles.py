@@ -19,6 +19,7 @@ from acidclean.consumers.audit import FastDecoder
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
+from acidclean.consumers.waiting import build_groups, entry_of_envelope
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.bus.bundle import BUNDLE_TYPE, Bundle, bundle_key, bundles_of, is_bundle, unpack
@@ -565,7 +566,11 @@ def test_a_table_whose_records_are_in_two_bundles_is_rechecked_in_both_then_goes
         assert {str(i) for i in waiting_vacuum_ids(written)} == both  # each interval, both went on
         records_of_t1.append(len(written))
     # Once both were in one bundle, its check wrote them on in one record.
-    assert records_of_t1[0] == 2 and records_of_t1[-1] == 1 and rig.metrics.events.labels("bundle_merged")._value.get() >= 1
+    assert (
+        records_of_t1[0] == 2
+        and records_of_t1[-1] == 1
+        and rig.metrics.events.labels("bundle_merged")._value.get() >= 1
+    )
     assert rig.fs.deleted == [] and dones(rig) == []
     rig.metastore.release(lock_id(1))
     cycle(loop, rig, consumer, seen, 3)
@@ -598,3 +603,37 @@ def test_a_group_at_its_check_limit_is_read_in_full_by_the_bundles_check_one_che
     rig.metastore.release(lock_id(5))
     cycle(loop, rig, consumer, seen, 3)
     assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted(ids[5])
+
+
+def test_a_check_that_merges_a_vacuum_delivered_again_with_its_record_writes_an_id_no_other_check_wrote() -> None:
+    """Found by BundledLoopMachine: a table's first check merged two fresh vacuums into record A; a later
+    check merged the same two, delivered again after a rewind, with A's successor B. Both checks had
+    the same first source and the same vacuums, so they wrote the same id: the later B then looked
+    like a copy of the earlier one, the bundle carrying it was skipped as already checked, and the two
+    vacuums were never checked again."""
+    rig = bundled_rig()
+    started(rig)
+    first, second = rig.pending[:2]  # type: ignore[attr-defined]
+    now = rig.clock.now()
+    envelopes = [
+        delay_envelope(event, Readiness(False, (lock(lock_id(0)),)), now=now, interval_ms=2000, max_wait_s=3600)
+        for event in (first, second)
+    ]
+    entries = [entry_of_envelope(envelope) for envelope in envelopes]
+    later_record = uuid.uuid4()
+
+    def written(sources: list[uuid.UUID]) -> uuid.UUID:
+        [out] = build_groups(
+            tenant="acme",
+            table="sales.t0",
+            partition=None,
+            entries=entries,
+            sources=sources,
+            checked_at=now,
+            due_at=now + timedelta(seconds=2),
+        )
+        return out.event.event_id
+
+    assert written([first.event_id, second.event_id]) == written([first.event_id, second.event_id])  # a replay
+    assert written([first.event_id, second.event_id, later_record]) != written([first.event_id, second.event_id])
+    assert written([later_record]) != written([first.event_id])
