@@ -394,12 +394,20 @@ def joined(rig: Rig) -> float:
     return rig.metrics.events.labels("joined_in_bundle")._value.get()  # type: ignore[no-any-return]
 
 
-def test_a_fresh_vacuum_of_a_bundled_table_joins_that_tables_record_and_both_wait_on_in_one() -> None:
+def bundled_then_fresh(
+    *, locked: bool = True
+) -> tuple[Rig, FakeConsumer, CleanerLoop, list[int], list[list[str]], VacuumCommitted]:
+    """Every table waiting in a bundle, then a fresh vacuum of sales.t1 on the vacuum topic."""
     rig = bundled_rig()
     consumer, loop, seen, ids = started(rig)
     cycle(loop, rig, consumer, seen, 3)
-    fresh = fresh_vacuum(rig, 1)
+    fresh = fresh_vacuum(rig, 1, locked=locked)
     consumer.append(V, 0, fresh)
+    return rig, consumer, loop, seen, ids, fresh
+
+
+def test_a_fresh_vacuum_of_a_bundled_table_joins_that_tables_record_and_both_wait_on_in_one() -> None:
+    rig, consumer, loop, seen, ids, fresh = bundled_then_fresh()
     cycle(loop, rig, consumer, seen, 4, slices=20)
     [table_one] = [group for group in members_of(bundles(rig)[-1]) if group.table == "sales.t1"]
     assert sorted(str(item.vacuum.event_id) for item in table_one.waiting) == sorted([*ids[1], str(fresh.event_id)])
@@ -411,11 +419,7 @@ def test_a_fresh_vacuum_of_a_bundled_table_joins_that_tables_record_and_both_wai
 
 
 def test_a_fresh_vacuum_whose_snapshot_misses_its_tables_reader_goes_back_to_its_lane_and_waits_for_it() -> None:
-    rig = bundled_rig()
-    consumer, loop, seen, ids = started(rig)
-    cycle(loop, rig, consumer, seen, 3)
-    fresh = fresh_vacuum(rig, 1, locked=False)  # its snapshot lost the reader's lock, taken before it
-    consumer.append(V, 0, fresh)
+    rig, consumer, loop, seen, ids, fresh = bundled_then_fresh(locked=False)  # its snapshot lost the reader's lock
     cycle(loop, rig, consumer, seen, 4, slices=20)
     assert joined(rig) == 0  # it looked ready to the bundle's check: its lane checked it in full
     assert rig.fs.deleted == [] and dones(rig) == []
@@ -427,11 +431,7 @@ def test_a_fresh_vacuum_whose_snapshot_misses_its_tables_reader_goes_back_to_its
 
 
 def test_fresh_vacuums_of_a_bundled_table_whose_reader_left_go_back_to_their_lane_and_are_cleaned_there() -> None:
-    rig = bundled_rig()
-    consumer, loop, seen, ids = started(rig)
-    cycle(loop, rig, consumer, seen, 3)
-    fresh = fresh_vacuum(rig, 1)
-    consumer.append(V, 0, fresh)
+    rig, consumer, loop, seen, ids, fresh = bundled_then_fresh()
     run_for(loop, rig, 0.1)  # read: it waits for its table's bundle
     rig.metastore.release(lock_id(1))
     cycle(loop, rig, consumer, seen, 3, slices=5)
