@@ -1020,9 +1020,20 @@ class CleanerLoop:
         log(LOGGER, logging.WARNING, "partitions lost", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def _purge_lanes(self, partitions: set[Partition]) -> None:
-        for lane in self._lanes.values():
+        strays: list[Work] = []
+        for name, lane in self._lanes.items():
             lane.queue = [work for work in lane.queue if work.partition not in partitions]
+            if lane.queue and not isinstance(lane.queue[0].event, WaitingBundle) and lane.queue[0].lane != name:
+                # Riders whose bundle went with its partition: checked in their own tables' lanes.
+                strays += lane.queue
+                lane.queue = []
         self._purge_joiners(partitions)
+        for work in strays:
+            riding = (work.partition, work.offset, work.generation)
+            if riding in self._riding:
+                self._riding.discard(riding)
+                self._unjoin(work)
+            self._lanes.setdefault(work.lane, _Lane()).queue.append(work)
 
     def _purge_joiners(self, partitions: set[Partition]) -> None:
         self._riding = {riding for riding in self._riding if riding[0] not in partitions}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
 
@@ -77,13 +79,15 @@ def waiting_tables(rig: Rig, per_table: int = PER_TABLE) -> list[list[str]]:
     return ids
 
 
-def started(rig: Rig, per_table: int = PER_TABLE) -> tuple[FakeConsumer, CleanerLoop, list[int], list[list[str]]]:
+def started(
+    rig: Rig, per_table: int = PER_TABLE, executor: Executor | None = None
+) -> tuple[FakeConsumer, CleanerLoop, list[int], list[list[str]]]:
     consumer = FakeConsumer(rig.clock)
     rig.pending = []  # type: ignore[attr-defined]
     ids = waiting_tables(rig, per_table)
     for event in rig.pending:  # type: ignore[attr-defined]
         consumer.append(V, 0, event)
-    loop = loop_over(rig, consumer)
+    loop = loop_over(rig, consumer, executor)
     return consumer, loop, [0], ids
 
 
@@ -637,3 +641,55 @@ def test_a_check_that_merges_a_vacuum_delivered_again_with_its_record_writes_an_
     assert written([first.event_id, second.event_id]) == written([first.event_id, second.event_id])  # a replay
     assert written([first.event_id, second.event_id, later_record]) != written([first.event_id, second.event_id])
     assert written([later_record]) != written([first.event_id])
+
+
+class HeldExecutor(Executor):
+    """Runs batches at once, or, while ``hold`` is set, keeps them (the worker stays busy) until
+    :meth:`release`."""
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.held: list[Callable[[], object]] = []
+
+    def submit(self, fn: Callable[..., object], /, *args: object, **kwargs: object) -> Future[object]:
+        future: Future[object] = Future()
+        if self.hold:
+            self.held.append(lambda: fn(*args, **kwargs))
+        else:
+            future.set_result(fn(*args, **kwargs))
+        return future
+
+    def release(self) -> None:
+        self.hold = False
+        held, self.held = self.held, []
+        for call in held:
+            call()
+
+
+def test_riders_whose_bundle_goes_with_its_partition_are_checked_in_their_own_tables_lanes() -> None:
+    executor = HeldExecutor()
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig, executor=executor)
+    cycle(loop, rig, consumer, seen, 3)
+    fresh = fresh_vacuum(rig, 1)
+    consumer.append(V, 0, fresh)
+    run_for(loop, rig, 0.1)  # it waits for its table's bundle
+    executor.hold = True
+    rig.metastore.add_table("sales.busy", "file:/warehouse/sales.db/busy")
+    consumer.append(V, 1, vacuum(table="sales.busy", partition=None, location="/warehouse/sales.db/busy"))
+    run_for(loop, rig, 0.1)  # the one worker takes it, and is kept busy
+    forward_delays(rig, consumer, seen)  # the table's next bundle
+    run_for(loop, rig, 2.1)  # due meanwhile, the bundle waits in its lane with its rider
+    [bundle_lane] = [lane for name, lane in loop._lanes.items() if name.startswith("\x00bundle/")]
+    assert [type(work.event).__name__ for work in bundle_lane.queue] == ["WaitingBundle", "VacuumCommitted"]
+    consumer.rebalance_revoke([(D, 0)])  # the bundle goes with its partition, its rider does not
+    assert [work.event.event_id for work in loop._lanes["acme/sales.t1"].queue] == [fresh.event_id]
+    assert not any(name.startswith("\x00bundle/") and lane.queue for name, lane in loop._lanes.items())
+    executor.release()
+    consumer.rebalance_assign([(D, 0)])
+    cycle(loop, rig, consumer, seen, 3)
+    assert not {path for path in rig.fs.deleted if "/t1/" in path}  # its reader still holds its lock
+    rig.metastore.release(lock_id(1))
+    cycle(loop, rig, consumer, seen, 4)
+    t1_done = sorted(str(done.correlation_id) for done in dones(rig) if done.table == "sales.t1")
+    assert t1_done == sorted([*ids[1], str(fresh.event_id)])
