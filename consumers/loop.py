@@ -121,6 +121,10 @@ def _ms_iso(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, timezone.utc).isoformat()
 
 
+# How many intervals overdue a key's delay record may be for a fresh vacuum of the key to wait for it.
+JOIN_LATE_INTERVALS = 3
+
+
 @dataclass
 class PartitionState:
     """What the loop knows about one assigned partition (changed only on the loop's thread)."""
@@ -472,7 +476,8 @@ class CleanerLoop:
 
     def _join_chain(self, partition: Partition, state: PartitionState, work: Work, now: int) -> bool:
         """Keep a fresh vacuum of a key whose vacuums already wait (their delay record is due within an
-        interval) until that record is checked, so both are checked together and wait on in one record.
+        interval, or overdue by at most JOIN_LATE_INTERVALS) until that record is checked, so both are
+        checked together and wait on in one record.
 
         Its first check comes at most one interval (plus a margin) later instead of at once: it is
         waiting for a reader of its key anyway. Its offset stays uncommitted meanwhile. Only when this
@@ -483,10 +488,15 @@ class CleanerLoop:
         chains = self._chain_due()
         due = chains.get(work.event.key)
         interval = self.config.interval_ms
-        if due is None or due < now - interval or (self.config.delay_topic, partition[1]) not in self._states:
+        # A cleaner behind its delay partitions hands a key's record over late (seconds after its due
+        # time): it is still coming, and a fresh vacuum checked alone would only add a record of its own.
+        if due is None or due < now - JOIN_LATE_INTERVALS * interval:
             return False
-        # That record is due at `due`, or, when it is being checked now, at its successor's due time.
-        self._join(state, work, work.event.key, (due if due >= now else due + interval) + max(interval // 2, 500))
+        if (self.config.delay_topic, partition[1]) not in self._states:
+            return False
+        # That record is due at `due`; overdue, it is about to be handed over, or is being checked now
+        # and its successor comes within an interval. If none comes, the vacuum is checked alone.
+        self._join(state, work, work.event.key, (due if due >= now else now + interval) + max(interval // 2, 500))
         return True
 
     def _waits_for_next_record(self, partition: Partition, state: PartitionState, work: Work, now: int) -> bool:

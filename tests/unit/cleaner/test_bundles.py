@@ -693,3 +693,20 @@ def test_riders_whose_bundle_goes_with_its_partition_are_checked_in_their_own_ta
     cycle(loop, rig, consumer, seen, 4)
     t1_done = sorted(str(done.correlation_id) for done in dones(rig) if done.table == "sales.t1")
     assert t1_done == sorted([*ids[1], str(fresh.event_id)])
+
+
+def test_a_fresh_vacuum_still_joins_its_tables_record_read_late_by_a_cleaner_behind_its_delay_partition() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    run_for(loop, rig, 4.1)  # the bundle just written is not delivered yet: overdue by over an interval
+    assert rig.handler.chain_due["acme/sales.t1"] < rig.clock.now_ms() - 2000
+    fresh = fresh_vacuum(rig, 1)
+    consumer.append(V, 0, fresh)
+    run_for(loop, rig, 0.1)
+    assert "acme/sales.t1" in loop._joiners  # it waits for that record rather than going on alone
+    cycle(loop, rig, consumer, seen, 2, slices=10)  # the record arrives late and takes it in
+    assert joined(rig) == 1
+    [table_one] = [group for group in members_of(bundles(rig)[-1]) if group.table == "sales.t1"]
+    assert sorted(str(item.vacuum.event_id) for item in table_one.waiting) == sorted([*ids[1], str(fresh.event_id)])
+    assert rig.fs.deleted == [] and dones(rig) == []
