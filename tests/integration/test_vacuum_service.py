@@ -115,7 +115,11 @@ def test_a_request_delivered_to_two_services_at_once_runs_one_vacuum(
     new = new_table(metastore, unique_name + "b", buckets=4)
     location = metastore.get_table(DB, unique_name + "b").location
     write(metastore, unique_name + "b", rows=50_000, commits=3)
-    other_group = table_settings.model_copy(update={"vacuum_service_group_id": "second-host"})
+    # A second host: its own consumer group and its own state directory (a shared one would hand it the
+    # first host's outbox, whose VacuumCommitted it then publishes too: the same event twice).
+    other_group = table_settings.model_copy(
+        update={"vacuum_service_group_id": "second-host", "state_dir": tmp_path / "second-host"}
+    )
     request = request_for(table_settings, new, location)
     held = threading.Event()
     seen_locks: list[int] = []
