@@ -34,6 +34,8 @@ from datetime import datetime, timedelta, timezone
 from functools import partial
 from typing import Any, Literal, TypeVar
 
+import msgspec
+
 from acidclean.consumers.audit_wire import (
     WireCleanupDone,
     WireCleanupRejected,
@@ -64,7 +66,7 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.acid.partition_names import may_be_same_partition
 from acidclean.shared.bus.bundle import BUNDLE_KEY_SUFFIX, is_bundle, unpack
-from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.codec import decode, header_due_at_ms
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import MessageLike, RawRecord, raw_record
 from acidclean.shared.gc_tuning import cyclic_gc_paused
@@ -594,24 +596,60 @@ def _record_time(record: RawRecord) -> datetime:
 def decode_records(records: Iterable[RawRecord], settings: Settings, reader_id: str = READER_ID) -> Iterator[Event]:
     """Decode records read from the audit topics with the event models; unreadable ones become rejections."""
     expected = _expected_classes(settings)
-    for record in (member for read in records for member in _members(read)):
-        yield decode(
-            record,
-            rejected_by=reader_id,
-            tenant=settings.tenant,
-            expected=expected.get(record.topic),
-            now=partial(_record_time, record),
-        )
+    for read in records:
+        members, carry = _members(read)
+        for record in members:
+            event = decode(
+                record,
+                rejected_by=reader_id,
+                tenant=settings.tenant,
+                expected=expected.get(record.topic),
+                now=partial(_record_time, record),
+            )
+            yield event if carry is None else carry.applied(event)
 
 
-def _members(record: RawRecord) -> Sequence[RawRecord]:
+@dataclass(frozen=True)
+class _WholeCarry:
+    """A bundle carried on whole (its members' bytes as they were written): each member was checked
+    again when the bundle was, ``carried`` checks since it was written, and is due when it is."""
+
+    carried: int
+    checked_at: datetime
+    due_at: datetime
+
+    def applied(self, event: _Decoded) -> _Decoded:
+        """``event`` (a member) as the check that carried its bundle on left it."""
+        unchanged = getattr(event, "unchanged", None)
+        if isinstance(event, DelayedVacuums) and unchanged is not None:
+            counted = unchanged.model_copy(update={"checks": unchanged.checks + self.carried})
+            update = {"occurred_at": self.checked_at, "due_at": self.due_at, "unchanged": counted}
+            return event.model_copy(update=update)
+        if isinstance(event, WireDelayedVacuums) and event.unchanged is not None:
+            wire_counted = msgspec.structs.replace(event.unchanged, checks=event.unchanged.checks + self.carried)
+            return msgspec.structs.replace(
+                event, occurred_at=self.checked_at, due_at=self.due_at, unchanged=wire_counted
+            )
+        return event
+
+
+_Decoded = TypeVar("_Decoded")
+
+
+def _members(record: RawRecord) -> tuple[Sequence[RawRecord], _WholeCarry | None]:
     """A bundle's records, each read as if it had been published alone (the cleaner packs many waiting
     tables' delay records in one), or the record itself (also when it is not a well-formed bundle: the
-    models then refuse it)."""
+    models then refuse it); and how the check that carried the bundle on whole changed its members."""
     if record.key is None or not record.key.endswith(_BUNDLE_KEY_END):
-        return (record,)
+        return (record,), None
     bundle = unpack(record) if is_bundle(record.headers) else None
-    return (record,) if bundle is None else bundle.members
+    if bundle is None:
+        return (record,), None
+    due = header_due_at_ms(record)
+    if bundle.summary is None or bundle.summary.carried <= 0 or due is None:
+        return bundle.members, None
+    due_at = datetime.fromtimestamp(due / 1000, timezone.utc)
+    return bundle.members, _WholeCarry(bundle.summary.carried, bundle.occurred_at, due_at)
 
 
 _BUNDLE_KEY_END = b"/" + BUNDLE_KEY_SUFFIX.encode()
@@ -645,10 +683,11 @@ class FastDecoder:
     def records(self, records: Iterable[RawRecord]) -> Iterator[Event | WireEvent]:
         """Events of records already read (tests, and any caller that holds RawRecords)."""
         for record in records:
-            for member in _members(record):
+            members, carry = _members(record)
+            for member in members:
                 event = self._event(member)
                 if event is not None:
-                    yield event
+                    yield event if carry is None else carry.applied(event)
 
     def messages(self, batches: Iterable[Sequence[MessageLike]]) -> Iterator[Event | WireEvent]:
         """Events of batches of consumed ``confluent_kafka.Message`` objects."""

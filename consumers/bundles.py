@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from acidclean.schemas.events import VacuumCommitted
-from acidclean.shared.bus.bundle import BUNDLE_TYPE, ReadBundle, unpack
+from acidclean.shared.bus.bundle import BUNDLE_TYPE, BundleSummary, ReadBundle, unpack
 from acidclean.shared.bus.records import RawRecord
 
 
@@ -31,6 +31,10 @@ class WaitingBundle:
     due_at: datetime
     oldest_commit: datetime
     members: tuple[RawRecord, ...]
+    # Its summary (every member waits on snapshot locks alone) and its members' bytes: see
+    # acidclean.shared.bus.bundle. None: its members are checked one by one.
+    summary: BundleSummary | None = None
+    records: bytes | None = None
     # Keys whose members its check must send out on their own whatever their locks: records of those
     # tables wait to be checked with them (the loop's joiners), which happens in their lanes.
     spill: set[bytes] = field(default_factory=set, compare=False)
@@ -42,6 +46,12 @@ class WaitingBundle:
     partition = None
     correlation_id = None
     key = ""
+
+    @property
+    def carried(self) -> int:
+        """Checks that carried it on whole since its members were written: each member's own
+        ``unchanged.checks`` is that many behind."""
+        return 0 if self.summary is None else self.summary.carried
 
     @property
     def lane(self) -> str:
@@ -64,4 +74,6 @@ def read_bundle(record: RawRecord, tenant: str, due_at: datetime) -> WaitingBund
         due_at,
         bundle.oldest_commit or bundle.occurred_at,
         bundle.members,
+        bundle.summary,
+        bundle.records,
     )

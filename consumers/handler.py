@@ -61,18 +61,21 @@ from acidclean.consumers.waiting import (
     Member,
     UnreadableGroup,
     WaitingGroup,
+    WireUnchanged,
     WireWaiting,
     build_envelope,
     build_groups,
     carry_envelope_on,
     carry_on_unread,
     carry_unchanged,
+    counting_prior_checks,
     empty_group_shell,
     entry_of_envelope,
     group_of_model,
     read_envelope,
     read_group,
     still_waiting,
+    unchanged_checks_limit,
     unchanged_now,
     vacuum_id_of,
 )
@@ -89,8 +92,19 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.bus.bundle import MAX_BUNDLE_RECORDS, Bundle, PrebuiltRecord, Republished, bundles_of, republished
-from acidclean.shared.bus.codec import decode, due_at_ms, fit_field, reject
+from acidclean.shared.bus.bundle import (
+    MAX_BUNDLE_RECORDS,
+    Bundle,
+    BundleSummary,
+    CarriedBundle,
+    PrebuiltRecord,
+    Republished,
+    bundles_of,
+    carried_on,
+    republished,
+    summary_of_members,
+)
+from acidclean.shared.bus.codec import decode, due_at_ms, fit_field, header_due_at_ms, reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import AcidCleanError, BusError, MetastoreError, TableNotFoundError
@@ -449,6 +463,8 @@ class _BundleCheck:
     carried: list[_DelayOut]  # the members carried on, each as its next record
     spilled: list[Republished]
     absorbed: int = 0  # members that took their tables' fresh vacuums in (their records are the tables')
+    whole: CarriedBundle | None = None  # the bundle carried on whole (nothing else then)
+    keys: tuple[str, ...] = ()  # its members' keys, when carried on whole
 
 
 @dataclass(frozen=True)
@@ -463,6 +479,7 @@ class _DelayOut:
     checked_at: datetime
     oldest_commit: datetime
     published: Callable[[], None]
+    unchanged: WireUnchanged | None = None  # its summary, when its vacuums wait on snapshot locks alone
 
 
 class TableLockCheck:
@@ -895,6 +912,7 @@ class CleanupHandler:
             items += [(self.config.topics.cleanup_delay, out.event) for out in alone]
             items += [(self.config.topics.cleanup_delay, bundle) for bundle, _ in bundles]
             items += [(self.config.topics.cleanup_delay, spill) for check in checks for spill in check.spilled]
+            items += [(self.config.topics.cleanup_delay, check.whole) for check in checks if check.whole is not None]
         for out in alone:
             batch.carry_all(out.event, out.outcome_ids)
         for bundle, packed in bundles:
@@ -902,6 +920,8 @@ class CleanupHandler:
         for check in checks:
             for spill in check.spilled:
                 batch.carry(spill, check.outcome_id)
+            if check.whole is not None:
+                batch.carry(check.whole, check.outcome_id)
         failed = self._publish_isolating(items)
         for item in outgoing:
             if str(item.event.event_id) not in failed:
@@ -916,6 +936,12 @@ class CleanupHandler:
                     self._delay_published(out)  # a fresh vacuum of its table waits for it (the loop's joiners)
                 self._metrics.events.labels("bundled").inc(len(packed))
                 self._remember_checks([(bundle, min(out.checked_at for out in packed))])
+        for check in checks:
+            if check.whole is not None and str(check.whole.event_id) not in failed:
+                self._carried_whole(check.whole, check.keys)
+            for spill in check.spilled:
+                if str(spill.event_id) not in failed:
+                    self._spill_published(spill)
         self._bundles_acknowledged(checks, failed, batch)
         spilled = sum(len(check.spilled) for check in checks if check.outcome_id not in failed)
         if spilled:
@@ -956,6 +982,7 @@ class CleanupHandler:
                 min(member.checked_at for member in members),
                 min(member.facts.committed_at for member in members),
                 partial(self._group_published, out, members),
+                out.unchanged,
             )
             for out, members in merged
         ]
@@ -967,12 +994,42 @@ class CleanupHandler:
                 unread.checked_at,
                 unread.group.oldest_commit,
                 partial(self._carried_published, out, unread),
+                out.unchanged,
             )
             for out, unread in unread_groups
         ]
         if locks.carries_for:
             outs = [dataclasses.replace(out, outcome_ids=out.outcome_ids + locks.carries_for) for out in outs]
         return outs
+
+    def _carried_whole(self, whole: CarriedBundle, keys: Sequence[str]) -> None:
+        """A bundle carried on whole is acknowledged: its tables' next records are in it (a fresh vacuum
+        of one of them joins it), and the loop may answer it with a lock list asked after this check."""
+        for key in keys:
+            self.chain_due[key] = whole.due_at_ms
+        self._remember_checks([(whole, whole.occurred_at)])
+        self._metrics.events.labels("bundle_carried_whole").inc()
+        self._metrics.events.labels("bundled").inc(len(keys))
+        log(
+            LOGGER,
+            logging.DEBUG,
+            f"not ready; every lock its {len(keys)} records wait on still listed: bundle carried on whole",
+            outcome="delayed",
+            event_id=whole.event_id,
+            causation_id=whole.previous,
+            due_at=datetime.fromtimestamp(whole.due_at_ms / 1000, timezone.utc).isoformat(),
+        )
+
+    def _spill_published(self, spill: Republished) -> None:
+        """A bundle's member published again on its own is its table's latest record, due as it was
+        packed (in the past: a bundle carried on whole keeps its members' bytes): a record of its table
+        read before it waits for no later one."""
+        due = header_due_at_ms(spill.record)
+        key = spill.record.key.decode("utf-8", "replace")
+        if due is None:
+            self.chain_due.pop(key, None)
+        else:
+            self.chain_due[key] = due
 
     def _delay_published(self, out: _DelayOut) -> None:
         out.published()
@@ -1031,7 +1088,8 @@ class CleanupHandler:
             )
             start = 0
             for bundle in made:
-                bundles.append((bundle, packed_outs[start : start + len(bundle.members)]))
+                chunk = packed_outs[start : start + len(bundle.members)]
+                bundles.append((dataclasses.replace(bundle, summary=_summary_of(chunk)), chunk))
                 start += len(bundle.members)
         return alone, bundles
 
@@ -1242,11 +1300,14 @@ class CleanupHandler:
         return Outcome("delayed", self._group_outcome(group, due), deferred=True)
 
     def _handle_bundle(self, work: Work, bundle: WaitingBundle, locks: TableLockCheck) -> Outcome:
-        """One check of a bundle of waiting tables: every member group whose ``unchanged`` locks are all
-        still listed is carried on unread into the next bundle of this partition; every other member
-        (a lock gone, its summary's check limit reached, about to be stuck, unreadable, not a group, or
-        a metastore that does not answer) is published again on its own, due at once, to be read and
-        checked in full by its table's lane. Nothing here cleans or refuses anything."""
+        """One check of a bundle of waiting tables. A bundle with a summary whose locks are all still
+        listed, and no fresh vacuum of its tables waiting to join it, is carried on whole, its members
+        unread (:func:`acidclean.shared.bus.bundle.carried_on`). Otherwise every member group whose
+        ``unchanged`` locks are all still listed is carried on unread into the next bundle of this
+        partition; every other member (a lock gone, its summary's check limit reached, about to be
+        stuck, unreadable, not a group, or a metastore that does not answer) is published again on its
+        own, due at once, to be read and checked in full by its table's lane. Nothing here cleans or
+        refuses anything."""
         now = self._clock.now()
         due = locks.due(now, self.config.interval_ms)
         shell = empty_group_shell(bundle.event_id, bundle.tenant, "", None, bundle.occurred_at, None, due)
@@ -1268,24 +1329,38 @@ class CleanupHandler:
         absorbing: list[tuple[TableLockCheck, Sequence[VacuumCommitted]]] = []
         source = (str(bundle.event_id),)
         partition = work.record.partition
+        whole = None
+        if held is not None and not bundle.spill and not bundle.riders:
+            due_ms = due_at_ms(due)
+            max_wait = self.config.max_wait_s
+            whole = carried_on(
+                bundle, partition=partition, held_ids=held, checked_at=now, due_at_ms=due_ms, max_wait_s=max_wait
+            )
+        if whole is not None:
+            keys = tuple((member.key or b"").decode("utf-8", "replace") for member in bundle.members)
+            batch.bundles.append(_BundleCheck(partition, source[0], [], [], whole=whole, keys=keys))
+            return self._bundle_checked(batch, own_batch, shell)
+        prior = bundle.carried
         by_key: dict[bytes, list[RawRecord]] = {}
         for member in bundle.members:
             by_key.setdefault(member.key or b"", []).append(member)
         for key, members in by_key.items():
             riders = bundle.riders.get(key, ())
             if held is not None and not own_batch and (riders or len(members) > 1) and key not in bundle.spill:
-                table = self._kept_in_bundle(members, riders, held, now, due, batch, partition, source)
+                table = self._kept_in_bundle(members, riders, held, now, due, batch, partition, source, prior)
                 if table is not None:
                     absorbing.append((table, riders))
                     continue
             for member in members:
-                out = None if held is None or key in bundle.spill else self._carry_member(member, held, now, due)
+                out = None
+                if held is not None and key not in bundle.spill:
+                    out = self._carry_member(member, held, now, due, prior)
                 if out is not None:
                     carried.append(dataclasses.replace(out, outcome_ids=source, read_from=partition))
                     continue
                 table = None
                 if held is not None and not own_batch and key not in bundle.spill and len(members) == 1:
-                    table = self._kept_in_bundle(members, (), held, now, due, batch, partition, source)
+                    table = self._kept_in_bundle(members, (), held, now, due, batch, partition, source, prior)
                 if table is None:
                     spilled.append(republished(member))
                 else:
@@ -1299,6 +1374,10 @@ class CleanupHandler:
         # asked after that check (as this one was) may answer it.
         read_by = datetime.fromtimestamp(batch.check.read_by_ms / 1000, timezone.utc)
         self._remember_checks([(item, read_by) for item in spilled])
+        return self._bundle_checked(batch, own_batch, shell)
+
+    def _bundle_checked(self, batch: OutcomeBatch, own_batch: bool, shell: DelayedVacuums) -> Outcome:
+        """A bundle's check done: its records go out with the batch's, or now if it has none."""
         if not own_batch:
             return Outcome("delayed", shell, deferred=True)
         failed = self.flush_batch(batch)
@@ -1307,10 +1386,11 @@ class CleanupHandler:
         return Outcome("delayed", shell)
 
     def _carry_member(
-        self, member: RawRecord, held: AbstractSet[int], now: datetime, due: datetime
+        self, member: RawRecord, held: AbstractSet[int], now: datetime, due: datetime, prior_checks: int
     ) -> _DelayOut | None:
         """A bundle member's next record if a check now leaves it waiting as it was (its locks all still
-        listed), else None: it must be read and checked in full, on its own."""
+        listed), else None: it must be read and checked in full, on its own. ``prior_checks``: checks
+        that carried its bundle on whole since it was written."""
         tenant, max_wait = self.config.tenant, self.config.max_wait_s
         ce_type = _ce_type(member)
         if ce_type == _ENVELOPE_TYPE:
@@ -1321,18 +1401,22 @@ class CleanupHandler:
             return _DelayOut(envelope, (), None, now, committed, partial(self._single_carried, envelope))
         if ce_type != _GROUP_TYPE:
             return None
-        fast = carry_on_unread(member, tenant, held, now, max_wait, due)
+        fast = carry_on_unread(member, tenant, held, now, max_wait, due, prior_checks)
         if fast is not None:
             unread = _Unchanged(fast.group, now, due, held, fast.vacuums)
             published = partial(self._carried_published, fast.out, unread)
-            return _DelayOut(fast.out.event, (), None, now, fast.group.oldest_commit, published)
+            return _DelayOut(fast.out.event, (), None, now, fast.group.oldest_commit, published, fast.out.unchanged)
         # Its entries must be read: still unchanged (a vacuum stuck meanwhile), or out on its own.
         group = read_group(member, tenant)
-        if group is None or not unchanged_now(group, held, now, max_wait):
+        if group is None:
+            return None
+        group = counting_prior_checks(group, prior_checks)
+        if not unchanged_now(group, held, now, max_wait):
             return None
         out = carry_unchanged(group, checked_at=now, due_at=due)
         unread = _Unchanged(group, now, due, held)
-        return _DelayOut(out.event, (), None, now, group.oldest_commit, partial(self._carried_published, out, unread))
+        published = partial(self._carried_published, out, unread)
+        return _DelayOut(out.event, (), None, now, group.oldest_commit, published, out.unchanged)
 
     def _kept_in_bundle(
         self,
@@ -1344,6 +1428,7 @@ class CleanupHandler:
         batch: OutcomeBatch,
         partition: int,
         outcome_ids: tuple[str, ...],
+        prior_checks: int = 0,
     ) -> TableLockCheck | None:
         """One check of a bundled table's records, in the bundle's lane, that writes them on in one
         record with the table's fresh vacuums (``riders``) taken in: when the table's vacuums were
@@ -1374,6 +1459,7 @@ class CleanupHandler:
                 return None
             if group is None:
                 return None
+            group = counting_prior_checks(group, prior_checks)
             if table is None:
                 key = group.key
                 if any(rider.key != key for rider in riders):
@@ -2168,6 +2254,20 @@ def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> 
 
 _GROUP_TYPE = DelayedVacuums.event_type.encode()
 _ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
+
+
+def _summary_of(outs: Sequence[_DelayOut]) -> BundleSummary | None:
+    """The summary of a bundle of these records when each is a group waiting on snapshot locks alone
+    (its next check may carry the bundle on whole), else None."""
+    summaries = [out.unchanged for out in outs if isinstance(out.event, DelayedVacuums)]
+    if len(summaries) != len(outs) or any(summary is None for summary in summaries):
+        return None
+    known = [summary for summary in summaries if summary is not None]
+    return summary_of_members(
+        [summary.lock_ids for summary in known],
+        [unchanged_checks_limit(out.event.key) - summary.checks for out, summary in zip(outs, known, strict=True)],
+        [out.oldest_commit for out in outs],
+    )
 
 
 def _ids(bundle: WaitingBundle) -> dict[str, object]:

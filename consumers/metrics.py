@@ -38,7 +38,8 @@ class CleanerMetrics:
             "on its own to be read in full, bundle_read_in_full: a bundle's record read in full by its check and "
             "kept, bundle_merged: a table's records in one bundle merged into one, joined_in_bundle: a fresh "
             "vacuum taken into its table's record by a bundle's check, rejoined: one handed back to its table's "
-            "lane, bundle_replayed: a bundle read again "
+            "lane, bundle_carried_whole: a bundle carried on whole, its members unread, every lock of its "
+            "summary still listed, bundle_replayed: a bundle read again "
             "after its check was acknowledged, skipped, dropped: not even a dead letter could be built).",
             ["outcome"],
             registry=r,

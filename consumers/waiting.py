@@ -28,7 +28,7 @@ import uuid
 import zlib
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TypeVar
 
@@ -505,10 +505,31 @@ def carry_unchanged(group: WaitingGroup, *, checked_at: datetime, due_at: dateti
         checked_at,
         due_at,
     )
-    return GroupOut(_group_shell(wire, event_id, group.event_id, checked_at, due_at), group.entries)
+    return GroupOut(_group_shell(wire, event_id, group.event_id, checked_at, due_at), group.entries, wire.unchanged)
 
 
 _Group = TypeVar("_Group", WireGroup, WireGroupCarried)
+
+
+def counting_prior_checks(group: WaitingGroup, prior_checks: int) -> WaitingGroup:
+    """``group`` as read from a bundle that checks carried on whole ``prior_checks`` times since it was
+    written: its summary's ``checks`` counts them, so it is read in full as often as if each check had
+    carried it on alone."""
+    unchanged = group.unchanged
+    if unchanged is None or prior_checks <= 0:
+        return group
+    checks = unchanged.checks + prior_checks
+    counted = replace(unchanged, checks=checks, wire=_with_checks(unchanged.wire, checks))
+    return replace(group, unchanged=counted)
+
+
+def _with_checks(summary: WireUnchanged, checks: int) -> WireUnchanged:
+    return WireUnchanged(
+        lock_ids=summary.lock_ids,
+        checks=checks,
+        oldest_commit=summary.oldest_commit,
+        oldest_unstuck_commit=summary.oldest_unstuck_commit,
+    )
 
 
 def _one_check_more(previous: _Group, next_id: uuid.UUID, checked_at: datetime, due_at: datetime) -> _Group:
@@ -548,7 +569,13 @@ class CarriedOn:
 
 
 def carry_on_unread(
-    record: RawRecord, tenant: str, held_ids: AbstractSet[int], now: datetime, max_wait_s: float, due_at: datetime
+    record: RawRecord,
+    tenant: str,
+    held_ids: AbstractSet[int],
+    now: datetime,
+    max_wait_s: float,
+    due_at: datetime,
+    prior_checks: int = 0,
 ) -> CarriedOn | None:
     """The next ``DelayedVacuums`` of the group in ``record`` if a check now leaves it unchanged
     (:func:`unchanged_now`), written on with its entries' bytes unread; None when its entries must be
@@ -556,13 +583,16 @@ def carry_on_unread(
     vacuum is counted by the full check), or a record that does not read exactly as a group of
     ``tenant`` must. Cheaper than :func:`read_group` then :func:`carry_unchanged`: no entry is parsed
     into objects. Only ever "still waiting": whatever its vacuums are, they are read in full by the
-    check that may clean them."""
+    check that may clean them. ``prior_checks``: checks that carried the record on whole in its
+    bundle, which its own ``checks`` does not count yet (:func:`counting_prior_checks`)."""
     if not record.value:
         return None
     try:
         wire = _GROUP_CARRIED.decode(record.value)
         if wire.unchanged is None:
             return None
+        if prior_checks:
+            wire.unchanged = _with_checks(wire.unchanged, wire.unchanged.checks + prior_checks)
         unchanged = _unchanged(wire.unchanged)
         event_id = uuid.UUID(wire.event_id)
         occurred_at = _moment(wire.occurred_at)
@@ -596,7 +626,7 @@ def carry_on_unread(
     successor = _one_check_more(wire, next_id, now, due_at)
     shell = empty_group_shell(next_id, wire.tenant, wire.table, wire.partition, now, event_id, due_at)
     shell.attach_wire_value(_ENCODER.encode(successor))
-    return CarriedOn(GroupOut(shell, ()), group, len(wire.waiting))
+    return CarriedOn(GroupOut(shell, (), successor.unchanged), group, len(wire.waiting))
 
 
 def carry_envelope_on(
@@ -710,6 +740,7 @@ class GroupOut:
 
     event: DelayedVacuums | DelayEnvelope
     entries: tuple[WireWaiting, ...]
+    unchanged: WireUnchanged | None = None  # its summary, when its vacuums wait on snapshot locks alone
 
 
 def build_groups(
@@ -756,7 +787,8 @@ def build_groups(
             merged_from=[str(source) for source in sources],
             unchanged=summary_of(chunk, facts[start : start + MAX_WAITING_PER_ENVELOPE]),
         )
-        outs.append(GroupOut(_group_shell(wire, event_id, sources[0], checked_at, due_at), tuple(chunk)))
+        shell = _group_shell(wire, event_id, sources[0], checked_at, due_at)
+        outs.append(GroupOut(shell, tuple(chunk), wire.unchanged))
     return outs
 
 

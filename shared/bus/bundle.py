@@ -17,14 +17,32 @@ it is never early for any of them) and ``x-bundle`` the member count. Its value 
      "records": [{"key": "...", "headers": [["ce_id", "..."], ...], "value": {...}}, ...]}
 
 Header values are written as Latin-1 text (one character per byte, so any bytes survive JSON).
+
+A bundle whose every member is a ``DelayedVacuums`` waiting on snapshot locks alone (each with its
+``unchanged`` summary) also carries a summary of its own, in the ``x-bundle-unchanged`` header (a
+reader that does not know it unpacks the bundle as any other)::
+
+    {"lock_ids": [...], "carries_left": n, "carried": k, "oldest_commit": "...", "records_crc": c}
+
+the union of its members' summary locks, how many more checks may carry it on whole (the fewest any
+member has left before its entries must be read in full), how many checks carried it on whole since
+its members were written (each member's ``checks`` is that many behind) and its oldest vacuum's
+commit; ``records_crc`` is the CRC-32 of the members' JSON array as written (a bundle whose members
+were changed since is checked member by member, where the models refuse what does not read). A check
+that finds every one of those locks listed carries the bundle on whole
+(:func:`carried_on`): the same member bytes, unread, in a bundle with a new id and due time caused by
+this one (``causation_id``), ``carries_left`` one lower and ``carried`` one higher.
 """
 
 from __future__ import annotations
 
 import uuid
+import zlib
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Protocol
 
 import msgspec
 
@@ -35,6 +53,8 @@ from acidclean.shared.bus.records import OutgoingRecord, RawRecord
 BUNDLE_TYPE = "acidclean.bus.bundle"
 BUNDLE_KEY_SUFFIX = "~bundle"
 COUNT_HEADER = "x-bundle"
+SUMMARY_HEADER = "x-bundle-unchanged"
+CAUSATION_HEADER = "causation_id"
 # A bundle must fit in one Kafka message (message.max.bytes is 1 MB by default).
 MAX_BUNDLE_BYTES = 512 * 1024
 MAX_BUNDLE_RECORDS = 1000
@@ -55,8 +75,33 @@ class WireBundle(msgspec.Struct, forbid_unknown_fields=True):
     records: list[WireMember]
 
 
+class WireBundleUnread(msgspec.Struct):
+    """A bundle on the wire with its members kept as bytes, unread (what a whole carry writes on)."""
+
+    schema_version: int
+    event_id: str
+    tenant: str
+    occurred_at: str
+    oldest_commit: str | None
+    records: msgspec.Raw
+
+
+class BundleSummary(msgspec.Struct, forbid_unknown_fields=True):
+    """The ``x-bundle-unchanged`` header: see the module's doc."""
+
+    lock_ids: list[int]
+    carries_left: int
+    carried: int
+    oldest_commit: str
+    records_crc: int = 0
+
+
 _DECODER = msgspec.json.Decoder(WireBundle)
+_UNREAD = msgspec.json.Decoder(WireBundleUnread)
+_SUMMARY = msgspec.json.Decoder(BundleSummary)
 _ENCODER = msgspec.json.Encoder()
+# More checks in a row than any member may be carried unread (MAX_UNCHANGED_CHECKS) is a bad summary.
+MAX_WHOLE_CARRIES = 64
 
 
 class PrebuiltRecord:
@@ -80,26 +125,30 @@ class Bundle(PrebuiltRecord):
     members: tuple[EventBase, ...]
     occurred_at: datetime
     oldest_commit: datetime | None = None
+    summary: BundleSummary | None = None  # when every member waits on snapshot locks alone
     event_type: str = BUNDLE_TYPE
 
     def outgoing(self, source: str) -> OutgoingRecord:
         key = bundle_key(self.tenant)
         records = [encode(member, source=source) for member in self.members]
         dues = [due for due in (_due_ms(record.headers) for record in records) if due is not None]
-        wire = WireBundle(
-            schema_version=1,
-            event_id=str(self.event_id),
-            tenant=self.tenant,
-            occurred_at=_iso(self.occurred_at),
-            oldest_commit=None if self.oldest_commit is None else _iso(self.oldest_commit),
-            records=[
+        members = _ENCODER.encode(
+            [
                 WireMember(
                     key=member.key.decode("utf-8"),
                     headers=[(name, value.decode("latin-1")) for name, value in member.headers],
                     value=msgspec.Raw(member.value),
                 )
                 for member in records
-            ],
+            ]
+        )
+        wire = WireBundleUnread(
+            schema_version=1,
+            event_id=str(self.event_id),
+            tenant=self.tenant,
+            occurred_at=_iso(self.occurred_at),
+            oldest_commit=None if self.oldest_commit is None else _iso(self.oldest_commit),
+            records=msgspec.Raw(members),
         )
         headers: list[tuple[str, bytes]] = [
             ("ce_specversion", b"1.0"),
@@ -113,7 +162,128 @@ class Bundle(PrebuiltRecord):
         ]
         if dues:
             headers.append((DUE_AT, max(dues).to_bytes(8, "big", signed=True)))
+        if self.summary is not None:
+            summary = msgspec.structs.replace(self.summary, records_crc=zlib.crc32(members))
+            headers.append((SUMMARY_HEADER, _ENCODER.encode(summary)))
         return OutgoingRecord(key=key, value=_ENCODER.encode(wire), headers=tuple(headers), partition=self.partition)
+
+
+@dataclass(frozen=True, eq=False)
+class CarriedBundle(PrebuiltRecord):
+    """A bundle carried on whole by a check that left every member as it was: the same member bytes in
+    a bundle with a new id, time and due time, caused by the one read (see :func:`carried_on`)."""
+
+    event_id: uuid.UUID
+    tenant: str
+    partition: int
+    previous: uuid.UUID
+    records: bytes  # the members' JSON array, as read
+    count: int
+    occurred_at: datetime
+    due_at_ms: int
+    oldest_commit: datetime | None
+    summary: BundleSummary
+    event_type: str = BUNDLE_TYPE
+
+    def outgoing(self, source: str) -> OutgoingRecord:
+        key = bundle_key(self.tenant)
+        wire = WireBundleUnread(
+            schema_version=1,
+            event_id=str(self.event_id),
+            tenant=self.tenant,
+            occurred_at=_iso(self.occurred_at),
+            oldest_commit=None if self.oldest_commit is None else _iso(self.oldest_commit),
+            records=msgspec.Raw(self.records),
+        )
+        headers: tuple[tuple[str, bytes], ...] = (
+            ("ce_specversion", b"1.0"),
+            ("ce_id", str(self.event_id).encode()),
+            ("ce_source", source.encode("utf-8")),
+            ("ce_type", BUNDLE_TYPE.encode()),
+            ("ce_time", _iso(self.occurred_at).encode()),
+            ("ce_subject", key),
+            ("content-type", b"application/json"),
+            (COUNT_HEADER, str(self.count).encode()),
+            (CAUSATION_HEADER, str(self.previous).encode()),
+            (DUE_AT, self.due_at_ms.to_bytes(8, "big", signed=True)),
+            (SUMMARY_HEADER, _ENCODER.encode(self.summary)),
+        )
+        return OutgoingRecord(key=key, value=_ENCODER.encode(wire), headers=headers, partition=self.partition)
+
+
+def summary_of_members(
+    lock_ids: Sequence[Sequence[int]], carries_left: Sequence[int], oldest_commits: Sequence[datetime]
+) -> BundleSummary | None:
+    """The summary of a bundle whose members wait on these summaries' locks (one sequence per member),
+    may each be carried unread ``carries_left`` more times and have these oldest commits; None when
+    one of them must be read in full at its next check (nothing left to carry), or there are none."""
+    if not carries_left or min(carries_left) <= 0:
+        return None
+    return BundleSummary(
+        lock_ids=sorted({lock_id for ids in lock_ids for lock_id in ids}),
+        carries_left=min(carries_left),
+        carried=0,
+        oldest_commit=_iso(min(oldest_commits)),
+    )
+
+
+class CarriableBundle(Protocol):
+    """What :func:`carried_on` reads of a bundle (a :class:`ReadBundle`, or the loop's view of one)."""
+
+    @property
+    def event_id(self) -> uuid.UUID: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def oldest_commit(self) -> datetime | None: ...
+    @property
+    def members(self) -> tuple[RawRecord, ...]: ...
+    @property
+    def summary(self) -> BundleSummary | None: ...
+    @property
+    def records(self) -> bytes | None: ...
+
+
+def carried_on(
+    bundle: CarriableBundle,
+    *,
+    partition: int,
+    held_ids: AbstractSet[int],
+    checked_at: datetime,
+    due_at_ms: int,
+    max_wait_s: float,
+) -> CarriedBundle | None:
+    """The bundle that carries ``bundle`` on whole after a check that found every lock of its summary
+    in ``held_ids`` (so no member can be ready), or None when its members must be checked one by one:
+    no summary, no carries left, a lock gone, or a vacuum near the max wait (a stuck vacuum is counted
+    by a full check). Its id is derived from the bundle's, so a replay of the same check publishes the
+    same id. Only ever "still waiting": whatever its members are, they are read in full by the checks
+    that may clean them."""
+    summary, records = bundle.summary, bundle.records
+    if summary is None or records is None or summary.carries_left <= 0:
+        return None
+    if (checked_at - _moment(summary.oldest_commit)).total_seconds() >= max_wait_s:
+        return None
+    if not all(lock_id in held_ids for lock_id in summary.lock_ids):
+        return None
+    return CarriedBundle(
+        event_id=uuid.uuid5(bundle.event_id, "carried-whole"),
+        tenant=bundle.tenant,
+        partition=partition,
+        previous=bundle.event_id,
+        records=records,
+        count=len(bundle.members),
+        occurred_at=checked_at,
+        due_at_ms=due_at_ms,
+        oldest_commit=bundle.oldest_commit,
+        summary=BundleSummary(
+            lock_ids=summary.lock_ids,
+            carries_left=summary.carries_left - 1,
+            carried=summary.carried + 1,
+            oldest_commit=summary.oldest_commit,
+            records_crc=summary.records_crc,
+        ),
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -193,6 +363,9 @@ class ReadBundle:
     occurred_at: datetime
     oldest_commit: datetime | None
     members: tuple[RawRecord, ...]
+    # Its x-bundle-unchanged header, and its members' JSON array as read: None without a valid summary.
+    summary: BundleSummary | None = None
+    records: bytes | None = None
 
 
 def is_bundle(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
@@ -229,9 +402,29 @@ def unpack(record: RawRecord) -> ReadBundle | None:
         return None
     if wire.schema_version != 1 or not members or record.key != bundle_key(wire.tenant):
         return None
-    if dict(record.headers).get("ce_id") != wire.event_id.encode():
+    headers = dict(record.headers)
+    if headers.get("ce_id") != wire.event_id.encode():
         return None
-    return ReadBundle(event_id, wire.tenant, occurred_at, oldest, members)
+    summary, records = _summary(headers.get(SUMMARY_HEADER), record.value)
+    return ReadBundle(event_id, wire.tenant, occurred_at, oldest, members, summary, records)
+
+
+def _summary(header: bytes | None, value: bytes) -> tuple[BundleSummary | None, bytes | None]:
+    """A bundle's summary and its members' bytes; (None, None) when it has none or it does not read as
+    one must (the bundle is then checked member by member, as any other)."""
+    if not header:
+        return None, None
+    try:
+        summary = _SUMMARY.decode(header)
+        _moment(summary.oldest_commit)
+        records = bytes(_UNREAD.decode(value).records)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
+        return None, None
+    if not summary.lock_ids or not 0 <= summary.carries_left <= MAX_WHOLE_CARRIES or summary.carried < 0:
+        return None, None
+    if zlib.crc32(records) != summary.records_crc:
+        return None, None
+    return summary, records
 
 
 _BUNDLE_TYPE_BYTES = BUNDLE_TYPE.encode()

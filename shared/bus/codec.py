@@ -132,7 +132,7 @@ def encode(event: EventBase, *, source: str = DEFAULT_SOURCE) -> OutgoingRecord:
     return OutgoingRecord(key=key, value=event.model_dump_json().encode("utf-8"), headers=tuple(headers))
 
 
-def header_due_at_ms(record: RawRecord) -> int | None:
+def header_due_at_ms(record: RawRecord | OutgoingRecord) -> int | None:
     """The ``x-due-at`` header of a record, or None when it is absent or malformed."""
     for name, value in record.headers:
         if name == DUE_AT:

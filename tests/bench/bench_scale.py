@@ -28,6 +28,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.bus.bundle import BUNDLE_TYPE, unpack
 from acidclean.shared.bus.producer import KafkaEventBus
-from acidclean.shared.bus.records import raw_record
+from acidclean.shared.bus.records import RawRecord, raw_record
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.lock_entries import snapshot_entry
@@ -134,15 +135,31 @@ class HeaderWatcher(threading.Thread):
                     continue
                 self.envelopes += 1
                 if headers.get("ce_type") == BUNDLE_TYPE.encode():
-                    # Many tables' records in one: each member counts as the record it would be alone.
                     bundle = unpack(raw_record(message))
                     assert bundle is not None
                     self.bundles += 1
+                    if headers.get("causation_id"):
+                        self.carried_whole(headers, bundle.members)
+                        continue
+                    # Many tables' records in one: each member counts as the record it would be alone.
                     for member in bundle.members:
                         self.delay_record({name: value for name, value in member.headers if value}, member.value)
                     continue
                 self.delay_record(headers, message.value())
         self.consumer.close()
+
+    def carried_whole(self, headers: dict[str, bytes], members: Sequence[RawRecord]) -> None:
+        """A bundle carried on whole (its members unread, their headers as they were written): each
+        member was re-checked when the bundle was, and is next due when the bundle is."""
+        due = int.from_bytes(headers["x-due-at"], "big", signed=True)
+        at = datetime.fromisoformat(headers["ce_time"].decode()).timestamp()
+        for member in members:
+            member_id = dict(member.headers).get("ce_id") or b""
+            previous = self.due.get(member_id)
+            if previous is not None:
+                self.lateness.append((at, at - previous / 1000))
+                self.carried.append((at, (member.value or b"").count(VACUUM_FIELD)))
+            self.due[member_id] = due
 
     def delay_record(self, headers: dict[str, bytes], value: bytes | None) -> None:
         """One delay record's due time, and the lateness of the re-check that wrote it."""

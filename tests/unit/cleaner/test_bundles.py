@@ -8,6 +8,7 @@ outcomes (rule 5)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import uuid
 from collections.abc import Callable
@@ -17,14 +18,14 @@ from itertools import pairwise
 
 import pytest
 
-from acidclean.consumers.audit import FastDecoder
+from acidclean.consumers.audit import FastDecoder, decode_records, fold
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
-from acidclean.shared.bus.bundle import BUNDLE_TYPE, Bundle, bundle_key, bundles_of, is_bundle, unpack
+from acidclean.shared.bus.bundle import BUNDLE_TYPE, Bundle, BundleSummary, bundle_key, bundles_of, is_bundle, unpack
 from acidclean.shared.bus.codec import decode, encode, header_due_at_ms
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.settings import Settings
@@ -131,23 +132,45 @@ def test_waiting_tables_of_one_partition_go_on_in_one_bundle_and_are_carried_on_
     assert {tuple(sorted(str(w.vacuum.event_id) for w in g.waiting)) for g in members_of(first)} == {
         tuple(sorted(table)) for table in ids
     }
+    summary = summary_of(first)
+    assert summary.lock_ids == sorted(lock_id(index) for index in range(TABLES))
+    assert summary.carried == 0 and summary.carries_left > 3
     cycle(loop, rig, consumer, seen, 3)  # the bundle is checked as one record, and carried on whole
     later = bundles(rig)
     assert len(later) == 4
     for earlier, next_one in pairwise(later):
-        previous = {g.table: g for g in members_of(earlier)}
-        for group in members_of(next_one):
-            before = previous[group.table]
-            assert group.causation_id == before.event_id
-            assert group.occurred_at >= before.due_at  # never early
-            assert group.unchanged is not None and before.unchanged is not None
-            assert group.unchanged.checks == before.unchanged.checks + 1
-            assert group.waiting == before.waiting  # carried on unread
-        # The bundle is due when its last member is (never early for any of them).
-        due = header_due_at_ms(next_one)
-        assert due == max(int(g.due_at.timestamp() * 1000 + 0.999) for g in members_of(next_one))
+        headers = dict(next_one.headers)
+        assert headers["causation_id"] == dict(earlier.headers)["ce_id"] != headers["ce_id"]
+        # Never early: checked no sooner than the bundle it carries on was due, and due an interval later.
+        checked_at = datetime.fromisoformat(headers["ce_time"].decode()).timestamp() * 1000
+        assert checked_at >= header_due_at_ms(earlier)
+        assert header_due_at_ms(next_one) >= checked_at + 2000
+        before, after = unpack(earlier), unpack(next_one)
+        assert before is not None and after is not None
+        assert after.members == tuple(dataclasses.replace(m, offset=after.members[0].offset) for m in before.members)
+        assert summary_of(next_one).carries_left == summary_of(earlier).carries_left - 1
+        assert summary_of(next_one).carried == summary_of(earlier).carried + 1
+    assert rig.metrics.events.labels("bundle_carried_whole")._value.get() == 3
     assert rig.fs.deleted == [] and dones(rig) == []
     assert consumer.committed[(D, 0)] == len(consumer.logs[(D, 0)]) - 1  # all but the newest bundle done
+
+
+def checked_at(record: RawRecord) -> float:
+    """When the check that wrote bundle ``record`` ran (its ``ce_time``), epoch seconds."""
+    return datetime.fromisoformat(dict(record.headers)["ce_time"].decode()).timestamp()
+
+
+def carried(record: RawRecord) -> int:
+    """Checks that carried bundle ``record`` on whole since its members were written."""
+    bundle = unpack(record)
+    assert bundle is not None
+    return 0 if bundle.summary is None else bundle.summary.carried
+
+
+def summary_of(record: RawRecord) -> BundleSummary:
+    bundle = unpack(record)
+    assert bundle is not None and bundle.summary is not None
+    return bundle.summary
 
 
 def test_a_member_whose_lock_is_released_leaves_its_bundle_and_is_cleaned_by_its_lane_alone() -> None:
@@ -317,6 +340,29 @@ def test_the_audit_reads_a_bundles_members_as_if_each_had_been_published_alone()
     assert {str(w.vacuum.event_id) for e in one_table for w in getattr(e, "waiting", [])} == set(ids[3])
 
 
+def test_the_audit_reads_a_bundle_carried_on_whole_as_a_check_of_each_member_not_an_overdue_vacuum() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 8)
+    last = bundles(rig)[-1]
+    assert carried(last) >= 5  # several checks carried the bundle on whole since its members were written
+    records = rig.bus.records[D]
+    now = rig.clock.now()
+    due = datetime.fromtimestamp((header_due_at_ms(last) or 0) / 1000, timezone.utc)
+    for validate in (False, True):
+        events = (
+            list(decode_records(records, Settings())) if validate else list(FastDecoder(Settings()).records(records))
+        )
+        rows = {row.vacuum_id: row for row in fold(events, now=now, overdue_after=timedelta(seconds=10))}
+        for table in ids:
+            for vacuum_id in table:
+                row = rows[vacuum_id]
+                # Waiting, next checked when the newest bundle is due, every check counted (one a cycle).
+                assert row.state == "waiting", (validate, row)
+                assert row.next_check_at == due
+                assert row.attempts == 8
+
+
 def test_a_group_lingering_past_its_due_time_in_a_bundle_is_never_checked_early() -> None:
     rig = bundled_rig()
     consumer, loop, seen, _ids = started(rig)
@@ -331,10 +377,8 @@ def test_a_group_lingering_past_its_due_time_in_a_bundle_is_never_checked_early(
     forward_delays(rig, consumer, seen)
     assert len(bundles(rig)) == 2
     second = bundles(rig)[1]
-    assert all(
-        g.occurred_at >= datetime.fromtimestamp(due / 1000, timezone.utc) - timedelta(milliseconds=1)
-        for g in members_of(second)
-    )
+    assert dict(second.headers)["causation_id"] == dict(bundle.headers)["ce_id"]  # this check carried it on
+    assert checked_at(second) >= due / 1000 - 0.001
 
 
 def test_a_bundle_read_again_after_its_check_was_acknowledged_is_not_carried_on_twice() -> None:
@@ -591,18 +635,30 @@ def test_a_group_at_its_check_limit_is_read_in_full_by_the_bundles_check_one_che
     later = bundles(rig)[first - 1 :]
     assert rig.metrics.events.labels("bundle_read_in_full")._value.get() >= TABLES
     assert rig.metrics.events.labels("bundle_spilled")._value.get() == 0  # never sent out for it
+    assert rig.metrics.events.labels("bundle_carried_whole")._value.get() >= 20
     for earlier, next_one in pairwise(later):
         previous = {group.table: group for group in members_of(earlier)}
+        assert checked_at(next_one) >= (header_due_at_ms(earlier) or 0) / 1000  # never early
         for group in members_of(next_one):
             before = previous[group.table]
-            # One check more for every vacuum, whether carried on unread or read and written anew.
-            counted = dict(zip((str(w.vacuum.event_id) for w in group.waiting), checks_so_far(group), strict=True))
+            # One check more for every vacuum, whether carried on unread (alone, or in a bundle carried
+            # on whole: its own summary is then behind by the bundle's whole carries) or read anew.
+            counted = dict(
+                zip(
+                    (str(w.vacuum.event_id) for w in group.waiting),
+                    (checks + carried(next_one) for checks in checks_so_far(group)),
+                    strict=True,
+                )
+            )
             counted_before = dict(
-                zip((str(w.vacuum.event_id) for w in before.waiting), checks_so_far(before), strict=True)
+                zip(
+                    (str(w.vacuum.event_id) for w in before.waiting),
+                    (checks + carried(earlier) for checks in checks_so_far(before)),
+                    strict=True,
+                )
             )
             assert counted == {vacuum: checks + 1 for vacuum, checks in counted_before.items()}
-            assert group.unchanged is not None and group.unchanged.checks < 32
-            assert group.occurred_at >= before.due_at  # never early
+            assert group.unchanged is not None and group.unchanged.checks + carried(next_one) < 32
     assert rig.fs.deleted == [] and dones(rig) == []
     rig.metastore.release(lock_id(5))
     cycle(loop, rig, consumer, seen, 3)
