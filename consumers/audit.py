@@ -597,7 +597,7 @@ def decode_records(records: Iterable[RawRecord], settings: Settings, reader_id: 
     """Decode records read from the audit topics with the event models; unreadable ones become rejections."""
     expected = _expected_classes(settings)
     for read in records:
-        members, carry = _members(read)
+        members, carry = bundle_members(read)
         for record in members:
             event = decode(
                 record,
@@ -610,7 +610,7 @@ def decode_records(records: Iterable[RawRecord], settings: Settings, reader_id: 
 
 
 @dataclass(frozen=True)
-class _WholeCarry:
+class WholeCarry:
     """A bundle carried on whole (its members' bytes as they were written): each member was checked
     again when the bundle was, ``carried`` checks since it was written, and is due when it is."""
 
@@ -636,7 +636,7 @@ class _WholeCarry:
 _Decoded = TypeVar("_Decoded")
 
 
-def _members(record: RawRecord) -> tuple[Sequence[RawRecord], _WholeCarry | None]:
+def bundle_members(record: RawRecord) -> tuple[Sequence[RawRecord], WholeCarry | None]:
     """A bundle's records, each read as if it had been published alone (the cleaner packs many waiting
     tables' delay records in one), or the record itself (also when it is not a well-formed bundle: the
     models then refuse it); and how the check that carried the bundle on whole changed its members."""
@@ -649,7 +649,7 @@ def _members(record: RawRecord) -> tuple[Sequence[RawRecord], _WholeCarry | None
     if bundle.summary is None or bundle.summary.carried <= 0 or due is None:
         return bundle.members, None
     due_at = datetime.fromtimestamp(due / 1000, timezone.utc)
-    return bundle.members, _WholeCarry(bundle.summary.carried, bundle.occurred_at, due_at)
+    return bundle.members, WholeCarry(bundle.summary.carried, bundle.occurred_at, due_at)
 
 
 _BUNDLE_KEY_END = b"/" + BUNDLE_KEY_SUFFIX.encode()
@@ -683,7 +683,7 @@ class FastDecoder:
     def records(self, records: Iterable[RawRecord]) -> Iterator[Event | WireEvent]:
         """Events of records already read (tests, and any caller that holds RawRecords)."""
         for record in records:
-            members, carry = _members(record)
+            members, carry = bundle_members(record)
             for member in members:
                 event = self._event(member)
                 if event is not None:

@@ -6,6 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import cast
 
+from acidclean.consumers.audit import bundle_members
 from acidclean.consumers.timeline import Timeline, TimelineEvent, build_timeline
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import (
@@ -19,7 +20,6 @@ from acidclean.schemas.events import (
     VacuumRequested,
     VacuumStarted,
 )
-from acidclean.shared.bus.bundle import is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
@@ -57,12 +57,13 @@ def read_timeline(settings: Settings, table: str, partition: str | None = None) 
     reader = LogReader(settings.kafka, list(expected))
     events: list[TimelineEvent] = []
     for message in reader:
-        read = raw_record(message)
-        bundle = unpack(read) if is_bundle(read.headers) else None
-        for record in (read,) if bundle is None else bundle.members:
+        members, carry = bundle_members(raw_record(message))
+        for record in members:
             event = decode(
                 record, rejected_by="acidclean-plot", tenant=settings.tenant, expected=expected[record.topic]
             )
+            if carry is not None:
+                event = carry.applied(event)
             if isinstance(event, TIMELINE_CLASSES):
                 events.append(cast(TimelineEvent, event))
     return build_timeline(events, table, partition)
