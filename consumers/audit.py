@@ -612,7 +612,8 @@ def decode_records(records: Iterable[RawRecord], settings: Settings, reader_id: 
 @dataclass(frozen=True)
 class WholeCarry:
     """A bundle carried on whole (its members' bytes as they were written): each member was checked
-    again when the bundle was, ``carried`` checks since it was written, and is due when it is."""
+    again when the bundle was, ``carried`` checks since it was written (counted in its summary's
+    checks, or in its attempt when it waits alone), and is due when it is."""
 
     carried: int
     checked_at: datetime
@@ -629,6 +630,14 @@ class WholeCarry:
             wire_counted = msgspec.structs.replace(event.unchanged, checks=event.unchanged.checks + self.carried)
             return msgspec.structs.replace(
                 event, occurred_at=self.checked_at, due_at=self.due_at, unchanged=wire_counted
+            )
+        # A vacuum waiting alone counts its checks in its attempt.
+        if isinstance(event, DelayEnvelope):
+            update = {"occurred_at": self.checked_at, "due_at": self.due_at, "attempt": event.attempt + self.carried}
+            return event.model_copy(update=update)
+        if isinstance(event, WireDelayEnvelope):
+            return msgspec.structs.replace(
+                event, occurred_at=self.checked_at, due_at=self.due_at, attempt=event.attempt + self.carried
             )
         return event
 

@@ -408,6 +408,9 @@ class OutcomeBatch:
         # Published event id -> ids of the outcomes it carries (a group's delays, a group's ready vacuums).
         self.carried_by: dict[str, set[str]] = {}
         self.bundles: list[_BundleCheck] = []  # the checks of the bundles of this batch
+        # Keys with records in more than one work of the batch (two bundles, a bundle and a record):
+        # a bundle with one of them is checked member by member, so the table goes on in one bundle.
+        self.shared_keys: set[bytes] = set()
 
     def carry(self, published: EventBase | PrebuiltRecord, outcome_id: object) -> None:
         """``published`` carries (part of) the outcome whose event id is ``outcome_id``."""
@@ -479,7 +482,22 @@ class _DelayOut:
     checked_at: datetime
     oldest_commit: datetime
     published: Callable[[], None]
-    unchanged: WireUnchanged | None = None  # its summary, when its vacuums wait on snapshot locks alone
+    # When its vacuums wait on snapshot locks alone: those locks, and how many more checks may carry
+    # it on unread (what it adds to its bundle's summary).
+    whole: _WholePart | None = None
+
+
+@dataclass(frozen=True)
+class _WholePart:
+    lock_ids: Sequence[int]
+    carries_left: int
+
+
+def _whole_part(key: str, unchanged: WireUnchanged | None) -> _WholePart | None:
+    """What a group with this summary adds to its bundle's summary."""
+    if unchanged is None:
+        return None
+    return _WholePart(unchanged.lock_ids, unchanged_checks_limit(key) - unchanged.checks)
 
 
 class TableLockCheck:
@@ -785,6 +803,7 @@ class CleanupHandler:
         lock lists are asked for here, once, as handling them would), and for their write id lists in
         the batch's transaction list: one call per database and one for the write ids instead of two
         or three per cleanup (a partition is then one call of its own)."""
+        batch.shared_keys = _keys_in_two(work.event for work, locks in firsts if locks.batch is batch)
         keys: list[TableKey] = []
         for work, locks in firsts:
             event = work.event
@@ -982,7 +1001,7 @@ class CleanupHandler:
                 min(member.checked_at for member in members),
                 min(member.facts.committed_at for member in members),
                 partial(self._group_published, out, members),
-                out.unchanged,
+                _whole_part(out.event.key, out.unchanged),
             )
             for out, members in merged
         ]
@@ -994,7 +1013,7 @@ class CleanupHandler:
                 unread.checked_at,
                 unread.group.oldest_commit,
                 partial(self._carried_published, out, unread),
-                out.unchanged,
+                _whole_part(out.event.key, out.unchanged),
             )
             for out, unread in unread_groups
         ]
@@ -1330,7 +1349,7 @@ class CleanupHandler:
         source = (str(bundle.event_id),)
         partition = work.record.partition
         whole = None
-        if held is not None and not bundle.spill and not bundle.riders:
+        if held is not None and not bundle.spill and not bundle.riders and not batch.shared_keys & bundle.member_keys():
             due_ms = due_at_ms(due)
             max_wait = self.config.max_wait_s
             whole = carried_on(
@@ -1394,18 +1413,21 @@ class CleanupHandler:
         tenant, max_wait = self.config.tenant, self.config.max_wait_s
         ce_type = _ce_type(member)
         if ce_type == _ENVELOPE_TYPE:
-            single = carry_envelope_on(member, tenant, held, now, max_wait, due)
+            single = carry_envelope_on(member, tenant, held, now, max_wait, due, prior_checks)
             if single is None:
                 return None
-            envelope, committed = single
-            return _DelayOut(envelope, (), None, now, committed, partial(self._single_carried, envelope))
+            envelope = single.envelope
+            alone = _WholePart(single.lock_ids, unchanged_checks_limit(envelope.key))
+            published = partial(self._single_carried, envelope)
+            return _DelayOut(envelope, (), None, now, single.committed_at, published, alone)
         if ce_type != _GROUP_TYPE:
             return None
         fast = carry_on_unread(member, tenant, held, now, max_wait, due, prior_checks)
         if fast is not None:
             unread = _Unchanged(fast.group, now, due, held, fast.vacuums)
             published = partial(self._carried_published, fast.out, unread)
-            return _DelayOut(fast.out.event, (), None, now, fast.group.oldest_commit, published, fast.out.unchanged)
+            fast_part = _whole_part(fast.group.key, fast.out.unchanged)
+            return _DelayOut(fast.out.event, (), None, now, fast.group.oldest_commit, published, fast_part)
         # Its entries must be read: still unchanged (a vacuum stuck meanwhile), or out on its own.
         group = read_group(member, tenant)
         if group is None:
@@ -1416,7 +1438,8 @@ class CleanupHandler:
         out = carry_unchanged(group, checked_at=now, due_at=due)
         unread = _Unchanged(group, now, due, held)
         published = partial(self._carried_published, out, unread)
-        return _DelayOut(out.event, (), None, now, group.oldest_commit, published, out.unchanged)
+        part = _whole_part(group.key, out.unchanged)
+        return _DelayOut(out.event, (), None, now, group.oldest_commit, published, part)
 
     def _kept_in_bundle(
         self,
@@ -2256,17 +2279,31 @@ _GROUP_TYPE = DelayedVacuums.event_type.encode()
 _ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
 
 
+def _keys_in_two(events: Iterable[object]) -> set[bytes]:
+    """The keys that more than one of ``events`` (a bundle: each of its members') has records of."""
+    seen: set[bytes] = set()
+    twice: set[bytes] = set()
+    for event in events:
+        if isinstance(event, WaitingBundle):
+            keys = event.member_keys()
+        elif isinstance(event, WaitingGroup | VacuumCommitted | DelayEnvelope):
+            keys = {event.key.encode()}
+        else:
+            continue
+        twice |= seen & keys
+        seen |= keys
+    return twice
+
+
 def _summary_of(outs: Sequence[_DelayOut]) -> BundleSummary | None:
-    """The summary of a bundle of these records when each is a group waiting on snapshot locks alone
-    (its next check may carry the bundle on whole), else None."""
-    summaries = [out.unchanged for out in outs if isinstance(out.event, DelayedVacuums)]
-    if len(summaries) != len(outs) or any(summary is None for summary in summaries):
+    """The summary of a bundle of these records when each waits on snapshot locks alone (its next check
+    may carry the bundle on whole), else None: also when a table has two records in it, which its
+    next check merges into one."""
+    parts = [out.whole for out in outs if out.whole is not None]
+    if len(parts) != len(outs) or len({out.event.key for out in outs}) != len(outs):
         return None
-    known = [summary for summary in summaries if summary is not None]
     return summary_of_members(
-        [summary.lock_ids for summary in known],
-        [unchanged_checks_limit(out.event.key) - summary.checks for out, summary in zip(outs, known, strict=True)],
-        [out.oldest_commit for out in outs],
+        [part.lock_ids for part in parts], [part.carries_left for part in parts], [out.oldest_commit for out in outs]
     )
 
 

@@ -514,10 +514,15 @@ _Group = TypeVar("_Group", WireGroup, WireGroupCarried)
 def counting_prior_checks(group: WaitingGroup, prior_checks: int) -> WaitingGroup:
     """``group`` as read from a bundle that checks carried on whole ``prior_checks`` times since it was
     written: its summary's ``checks`` counts them, so it is read in full as often as if each check had
-    carried it on alone."""
+    carried it on alone (a vacuum waiting alone counts them in its attempt)."""
     unchanged = group.unchanged
-    if unchanged is None or prior_checks <= 0:
+    if prior_checks <= 0:
         return group
+    if unchanged is None:
+        if not group.single:
+            return group
+        entries = tuple(msgspec.structs.replace(entry, attempt=entry.attempt + prior_checks) for entry in group.entries)
+        return replace(group, entries=entries)
     checks = unchanged.checks + prior_checks
     counted = replace(unchanged, checks=checks, wire=_with_checks(unchanged.wire, checks))
     return replace(group, unchanged=counted)
@@ -629,14 +634,31 @@ def carry_on_unread(
     return CarriedOn(GroupOut(shell, (), successor.unchanged), group, len(wire.waiting))
 
 
+@dataclass(frozen=True)
+class EnvelopeCarried:
+    """A vacuum waiting alone that a check carried on: its next envelope, when it committed and the
+    locks it waits on (all listed)."""
+
+    envelope: DelayEnvelope
+    committed_at: datetime
+    lock_ids: tuple[int, ...]
+
+
 def carry_envelope_on(
-    record: RawRecord, tenant: str, held_ids: AbstractSet[int], now: datetime, max_wait_s: float, due_at: datetime
-) -> tuple[DelayEnvelope, datetime] | None:
-    """The next ``DelayEnvelope`` of the vacuum waiting alone in ``record`` (and when it committed) if a
-    check now leaves it as it was: every lock it waits on still listed (lock ids are never reused, so
-    its snapshot's locks listed now are exactly those), no check error, no open transaction, not near
-    the max wait. None when it must be checked in full (or does not read as an envelope of
-    ``tenant`` must). Only ever "still waiting"."""
+    record: RawRecord,
+    tenant: str,
+    held_ids: AbstractSet[int],
+    now: datetime,
+    max_wait_s: float,
+    due_at: datetime,
+    prior_checks: int = 0,
+) -> EnvelopeCarried | None:
+    """The next ``DelayEnvelope`` of the vacuum waiting alone in ``record`` if a check now leaves it as
+    it was: every lock it waits on still listed (lock ids are never reused, so its snapshot's locks
+    listed now are exactly those), no check error, no open transaction, not near the max wait. None
+    when it must be checked in full (or does not read as an envelope of ``tenant`` must). Only ever
+    "still waiting". ``prior_checks``: checks that carried its bundle on whole since it was written
+    (its attempt counts them too)."""
     group = read_envelope(record, tenant)
     if group is None:
         return None
@@ -652,7 +674,7 @@ def carry_envelope_on(
         return None
     if not all(lock_id in held_ids for lock_id in waiting_on) or not set(waiting_on) <= set(member.lock_ids):
         return None
-    following = WireWaiting(vacuum=entry.vacuum, attempt=entry.attempt + 1, locks_held=entry.locks_held)
+    following = WireWaiting(vacuum=entry.vacuum, attempt=entry.attempt + prior_checks + 1, locks_held=entry.locks_held)
     envelope = build_envelope(
         tenant=group.tenant,
         table=group.table,
@@ -662,7 +684,7 @@ def carry_envelope_on(
         checked_at=now,
         due_at=due_at,
     )
-    return envelope, member.view.occurred_at
+    return EnvelopeCarried(envelope, member.view.occurred_at, tuple(waiting_on))
 
 
 def vacuum_id_of(entry: WireWaiting) -> str:

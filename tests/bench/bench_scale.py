@@ -63,7 +63,7 @@ SLICES_PER_INTERVAL = 20
 GROUP_TYPE = b"acidclean.cleanup.delayed-vacuums"
 VACUUM_FIELD = b'{"vacuum":'
 WINDOW_INTERVALS = 5
-SETTLE_LIMIT_S = 180.0
+SETTLE_LIMIT_S = float(os.environ.get("ACIDCLEAN_SCALE_SETTLE_S", "180"))
 DB = "scale_db"
 
 
