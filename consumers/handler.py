@@ -81,6 +81,7 @@ from acidclean.consumers.waiting import (
 )
 from acidclean.schemas.common import EventBase, derived_event_id
 from acidclean.schemas.events import (
+    MAX_UNCHANGED_CHECKS,
     MAX_WAITING_PER_ENVELOPE,
     CleanupDone,
     CleanupRejected,
@@ -425,7 +426,13 @@ class OutcomeBatch:
 _Pending = tuple[VacuumCommitted | DelayEnvelope, Readiness, DelayEnvelope]
 
 
-OWN_CHECKS_KEPT_INTERVALS = 30  # how long a delay record's check time is kept for its re-check
+OWN_CHECKS_KEPT_INTERVALS = 30
+# A bundle's member that a check would carry on unread with fewer checks than this left before its
+# entries must be read is read in full by that check instead. A bundle is carried on whole only as
+# many checks as its nearest member has left, and its members' limits are spread over 16-31 by key:
+# without this, some member of a large bundle would always be about to reach its limit, and nearly
+# every check of the bundle would go member by member.
+READ_IN_FULL_WITHIN = MAX_UNCHANGED_CHECKS // 4  # how long a delay record's check time is kept for its re-check
 
 
 @dataclass(frozen=True)
@@ -1424,9 +1431,11 @@ class CleanupHandler:
             return None
         fast = carry_on_unread(member, tenant, held, now, max_wait, due, prior_checks)
         if fast is not None:
+            fast_part = _whole_part(fast.group.key, fast.out.unchanged)
+            if fast_part is None or fast_part.carries_left < READ_IN_FULL_WITHIN:
+                return None  # read in full now, with the other members of its bundle near their limits
             unread = _Unchanged(fast.group, now, due, held, fast.vacuums)
             published = partial(self._carried_published, fast.out, unread)
-            fast_part = _whole_part(fast.group.key, fast.out.unchanged)
             return _DelayOut(fast.out.event, (), None, now, fast.group.oldest_commit, published, fast_part)
         # Its entries must be read: still unchanged (a vacuum stuck meanwhile), or out on its own.
         group = read_group(member, tenant)
@@ -1436,9 +1445,11 @@ class CleanupHandler:
         if not unchanged_now(group, held, now, max_wait):
             return None
         out = carry_unchanged(group, checked_at=now, due_at=due)
+        part = _whole_part(group.key, out.unchanged)
+        if part is None or part.carries_left < READ_IN_FULL_WITHIN:
+            return None
         unread = _Unchanged(group, now, due, held)
         published = partial(self._carried_published, out, unread)
-        part = _whole_part(group.key, out.unchanged)
         return _DelayOut(out.event, (), None, now, group.oldest_commit, published, part)
 
     def _kept_in_bundle(
