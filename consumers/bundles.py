@@ -25,16 +25,8 @@ from acidclean.shared.bus.records import RawRecord
 class WaitingBundle:
     """A bundle read by the loop: what the loop's bookkeeping and the check read of it."""
 
-    event_id: uuid.UUID
-    tenant: str
-    occurred_at: datetime
+    read: ReadBundle
     due_at: datetime
-    oldest_commit: datetime
-    members: tuple[RawRecord, ...]
-    # Its summary (every member waits on snapshot locks alone) and its members' bytes: see
-    # acidclean.shared.bus.bundle. None: its members are checked one by one.
-    summary: BundleSummary | None = None
-    records: bytes | None = None
     # Keys whose members its check must send out on their own whatever their locks: records of those
     # tables wait to be checked with them (the loop's joiners), which happens in their lanes.
     spill: set[bytes] = field(default_factory=set, compare=False)
@@ -48,6 +40,42 @@ class WaitingBundle:
     key = ""
 
     @property
+    def event_id(self) -> uuid.UUID:
+        return self.read.event_id
+
+    @property
+    def tenant(self) -> str:
+        return self.read.tenant
+
+    @property
+    def occurred_at(self) -> datetime:
+        return self.read.occurred_at
+
+    @property
+    def oldest_commit(self) -> datetime:
+        return self.read.oldest_commit or self.read.occurred_at
+
+    @property
+    def members(self) -> tuple[RawRecord, ...]:
+        """Its members, read when first asked for (see :class:`ReadBundle`)."""
+        return self.read.members
+
+    @property
+    def count(self) -> int:
+        return self.read.count
+
+    @property
+    def summary(self) -> BundleSummary | None:
+        """Its summary (every member waits on snapshot locks alone): see acidclean.shared.bus.bundle.
+        None: its members are checked one by one."""
+        return self.read.summary
+
+    @property
+    def records(self) -> bytes | None:
+        """Its members' bytes, when it has a summary."""
+        return self.read.records
+
+    @property
     def carried(self) -> int:
         """Checks that carried it on whole since its members were written: each member's own
         ``unchanged.checks`` is that many behind."""
@@ -58,7 +86,7 @@ class WaitingBundle:
         return f"\x00bundle/{self.event_id}"
 
     def member_keys(self) -> set[bytes]:
-        return {member.key or b"" for member in self.members}
+        return self.read.member_keys()
 
 
 def read_bundle(record: RawRecord, tenant: str, due_at: datetime) -> WaitingBundle | None:
@@ -67,13 +95,4 @@ def read_bundle(record: RawRecord, tenant: str, due_at: datetime) -> WaitingBund
     bundle: ReadBundle | None = unpack(record)
     if bundle is None or bundle.tenant != tenant:
         return None
-    return WaitingBundle(
-        bundle.event_id,
-        bundle.tenant,
-        bundle.occurred_at,
-        due_at,
-        bundle.oldest_commit or bundle.occurred_at,
-        bundle.members,
-        bundle.summary,
-        bundle.records,
-    )
+    return WaitingBundle(bundle, due_at)

@@ -1363,7 +1363,7 @@ class CleanupHandler:
                 bundle, partition=partition, held_ids=held, checked_at=now, due_at_ms=due_ms, max_wait_s=max_wait
             )
         if whole is not None:
-            keys = tuple((member.key or b"").decode("utf-8", "replace") for member in bundle.members)
+            keys = tuple(member.key for member in bundle.read.wire_members)
             batch.bundles.append(_BundleCheck(partition, source[0], [], [], whole=whole, keys=keys))
             return self._bundle_checked(batch, own_batch, shell)
         prior = bundle.carried
@@ -1397,9 +1397,13 @@ class CleanupHandler:
             locks.riders.update((str(rider.event_id), table) for table, riders in absorbing for rider in riders)
         batch.bundles.append(_BundleCheck(partition, source[0], carried, spilled, len(absorbing)))
         # A spilled member's vacuums all committed before the check that wrote the bundle: a lock list
-        # asked after that check (as this one was) may answer it.
-        read_by = datetime.fromtimestamp(batch.check.read_by_ms / 1000, timezone.utc)
-        self._remember_checks([(item, read_by) for item in spilled])
+        # asked after that check may answer it (this check's own list may be older: it only keeps
+        # vacuums waiting, see acidclean.consumers.loop._read_by_ms).
+        if spilled:
+            checked = self.take_checked_at_ms(bundle.event_id)
+            required = work.received_ms if checked is None else min(work.received_ms, checked)
+            read_by = datetime.fromtimestamp(max(batch.check.read_by_ms, required) / 1000, timezone.utc)
+            self._remember_checks([(item, read_by) for item in spilled])
         return self._bundle_checked(batch, own_batch, shell)
 
     def _bundle_checked(self, batch: OutcomeBatch, own_batch: bool, shell: DelayedVacuums) -> Outcome:
@@ -2319,7 +2323,7 @@ def _summary_of(outs: Sequence[_DelayOut]) -> BundleSummary | None:
 
 
 def _ids(bundle: WaitingBundle) -> dict[str, object]:
-    return {"event_id": bundle.event_id, "members": len(bundle.members)}
+    return {"event_id": bundle.event_id, "members": bundle.count}
 
 
 def _ce_type(record: RawRecord) -> bytes | None:

@@ -1168,9 +1168,14 @@ def _read_by_ms(work: Work, handler: Any) -> int:
     """After when a lock list must have been asked for to answer ``work``: after its vacuum's lock
     snapshot was taken. For a delay record this process wrote, its own check that wrote it; for
     anything else (whatever its fields say: another host's clock, or a forged record), when this
-    loop read it."""
+    loop read it. A bundle's check only ever keeps vacuums waiting (a lock still listed in an older
+    list only delays), and what it sends to its tables' lanes carries the bundle's own time
+    (``CleanupHandler._handle_bundle``): any list fresh enough serves it, so a batch of bundles never
+    waits for a new ``show_locks``."""
     event = work.event
-    if isinstance(event, DelayEnvelope | WaitingGroup | WaitingBundle):
+    if isinstance(event, WaitingBundle):
+        return 0
+    if isinstance(event, DelayEnvelope | WaitingGroup):
         checked_at: int | None = getattr(handler, "take_checked_at_ms", lambda _: None)(event.event_id)
         if checked_at is not None:
             return min(work.received_ms, checked_at)

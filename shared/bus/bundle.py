@@ -236,7 +236,7 @@ class CarriableBundle(Protocol):
     @property
     def oldest_commit(self) -> datetime | None: ...
     @property
-    def members(self) -> tuple[RawRecord, ...]: ...
+    def count(self) -> int: ...
     @property
     def summary(self) -> BundleSummary | None: ...
     @property
@@ -271,7 +271,7 @@ def carried_on(
         partition=partition,
         previous=bundle.event_id,
         records=records,
-        count=len(bundle.members),
+        count=bundle.count,
         occurred_at=checked_at,
         due_at_ms=due_at_ms,
         oldest_commit=bundle.oldest_commit,
@@ -355,16 +355,51 @@ def bundles_of(
 @dataclass(frozen=True)
 class ReadBundle:
     """A bundle record read back: its id, times and members (each a :class:`RawRecord` at the bundle's
-    topic, partition and offset)."""
+    topic, partition and offset, built when first asked for: a bundle carried on whole never needs
+    them)."""
 
     event_id: uuid.UUID
     tenant: str
     occurred_at: datetime
     oldest_commit: datetime | None
-    members: tuple[RawRecord, ...]
+    wire_members: Sequence[WireMember]
+    source: RawRecord  # the bundle record itself
     # Its x-bundle-unchanged header, and its members' JSON array as read: None without a valid summary.
     summary: BundleSummary | None = None
     records: bytes | None = None
+
+    @property
+    def members(self) -> tuple[RawRecord, ...]:
+        """Every member, as if it had been published alone. Raises ``ValueError`` when a member's
+        headers are not Latin-1 text (only possible in a bundle with a summary: one without is read
+        in full by :func:`unpack`, which refuses it)."""
+        members: tuple[RawRecord, ...] | None = self.__dict__.get("_members")
+        if members is None:
+            record = self.source
+            try:
+                members = tuple(
+                    RawRecord(
+                        topic=record.topic,
+                        partition=record.partition,
+                        offset=record.offset,
+                        key=member.key.encode("utf-8"),
+                        value=bytes(member.value),
+                        headers=tuple((name, value.encode("latin-1")) for name, value in member.headers),
+                        timestamp_ms=record.timestamp_ms,
+                    )
+                    for member in self.wire_members
+                )
+            except UnicodeEncodeError as error:
+                raise ValueError(f"a member of bundle {self.event_id} has a header that is not Latin-1 text") from error
+            self.__dict__["_members"] = members
+        return members
+
+    @property
+    def count(self) -> int:
+        return len(self.wire_members)
+
+    def member_keys(self) -> set[bytes]:
+        return {member.key.encode("utf-8") for member in self.wire_members}
 
 
 def is_bundle(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
@@ -385,27 +420,23 @@ def unpack(record: RawRecord) -> ReadBundle | None:
         event_id = uuid.UUID(wire.event_id)
         occurred_at = _moment(wire.occurred_at)
         oldest = None if wire.oldest_commit is None else _moment(wire.oldest_commit)
-        members = tuple(
-            RawRecord(
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                key=member.key.encode("utf-8"),
-                value=bytes(member.value),
-                headers=tuple((name, value.encode("latin-1")) for name, value in member.headers),
-                timestamp_ms=record.timestamp_ms,
-            )
-            for member in wire.records
-        )
-    except (msgspec.ValidationError, msgspec.DecodeError, ValueError, UnicodeEncodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
         return None
-    if wire.schema_version != 1 or not members or record.key != bundle_key(wire.tenant):
+    if wire.schema_version != 1 or not wire.records or record.key != bundle_key(wire.tenant):
         return None
     headers = dict(record.headers)
     if headers.get("ce_id") != wire.event_id.encode():
         return None
     summary, records = _summary(headers.get(SUMMARY_HEADER), record.value)
-    return ReadBundle(event_id, wire.tenant, occurred_at, oldest, members, summary, records)
+    bundle = ReadBundle(event_id, wire.tenant, occurred_at, oldest, wire.records, record, summary, records)
+    if summary is None:
+        # Members read now: one that does not read refuses the bundle here. With a summary, the
+        # members' bytes are those its writer gave (their CRC): read only when a check needs them.
+        try:
+            bundle.members  # noqa: B018
+        except ValueError:
+            return None
+    return bundle
 
 
 def _summary(header: bytes | None, value: bytes) -> tuple[BundleSummary | None, bytes | None]:
