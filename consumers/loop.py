@@ -13,8 +13,7 @@ of after a re-fetch); after the resume the re-fetched copies are skipped by offs
 seen) and fetched again after the resume, so memory does not grow with the number of waiting
 vacuums. Likewise, once ``max_queued`` records are handed over and not finished (a cleaner that cannot
 keep up, counting those queued in the lanes and those running), a partition is paused at its next
-record and resumed when half of them are finished; the vacuum topic's partitions also once
-``max_joining`` fresh vacuums wait to join their tables' delay records, until half of them joined.
+record and resumed when half of them are finished.
 Nothing is handed over before its due time.
 
 Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
@@ -176,11 +175,10 @@ class LoopConfig:
     workers: int = 1  # batches running at once (the table thread pool's size)
     batch_tables: int = 200  # lanes (tables) in one batch at most
     held_per_partition: int = 250  # records read ahead of their due time and kept, per paused partition
-    held_bytes: int = 16 << 20  # and at most this many bytes of them (a DelayedVacuums holds up to 100 vacuums)
+    # and at most this many bytes of them: a bundle of waiting tables is up to 512 KB, and those due
+    # within an interval are checked on time only if they are read ahead (1 MB held two of them)
+    held_bytes: int = 16 << 20
     max_queued: int = 2000  # records handed over and not finished (queued or running), before fetching pauses
-    # fresh vacuums waiting to join their tables' delay records (about 4-5 KB each), before the vacuum
-    # topic's fetching pauses
-    max_joining: int = 10_000
 
 
 @dataclass
@@ -357,7 +355,7 @@ class CleanerLoop:
             state.dropping = True
             return
         new_work = partition[0] != self.config.delay_topic
-        if state.paused_until_ms is None and self._overloaded(new_work):
+        if state.paused_until_ms is None and self._outstanding(new_work) >= self.config.max_queued:
             # Overloaded: stop reading this partition at this record until the lanes drain, so the
             # memory of a cleaner that cannot keep up does not grow with its backlog.
             topic, number = partition
@@ -593,31 +591,23 @@ class CleanerLoop:
                 self._lanes.setdefault(joiner.lane, _Lane()).queue.append(joiner)
         self._joiners_due_ms = first_left
 
-    def _outstanding(self) -> tuple[int, int]:
-        """Records handed over and not finished (queued in the lanes or running in a batch), and the
-        fresh vacuums waiting to join their key's delay record."""
+    def _outstanding(self, new_work: bool = True) -> int:
+        """Records handed over and not finished (queued in the lanes or running in a batch), and for
+        ``new_work`` (a fresh vacuum) the fresh vacuums waiting to join their key's delay record too."""
         handed, fresh_joiners = 0, 0
         for partition, state in self._states.items():
             handed += len(state.in_flight) - state.joiners
             if partition[0] != self.config.delay_topic:
                 fresh_joiners += state.joiners
-        return handed, fresh_joiners
-
-    def _overloaded(self, new_work: bool, share: float = 1.0) -> bool:
-        """Whether ``share`` of ``max_queued`` records are handed over and not finished, or, for
-        ``new_work`` (a fresh vacuum), ``share`` of ``max_joining`` fresh vacuums wait to join their
-        keys' records (they cost memory, not work, until those records come: a burst of vacuums on
-        tables that already wait is read as fast as their records come, not ``max_queued`` an interval)."""
-        handed, joining = self._outstanding()
-        if handed >= share * self.config.max_queued:
-            return True
-        return new_work and joining >= share * self.config.max_joining
+        return handed + fresh_joiners if new_work else handed
 
     def _resume_backlogged(self) -> None:
         backlogged = [(partition, state) for partition, state in self._states.items() if state.backlogged]
         if not backlogged:
             return
-        room = {new_work: not self._overloaded(new_work, share=0.5) for new_work in (False, True)}
+        limit = self.config.max_queued // 2
+        room = {False: self._outstanding(False) <= limit}
+        room[True] = room[False] and self._outstanding(True) <= limit
         for partition, state in backlogged:
             if state.accepting and room[partition[0] != self.config.delay_topic]:
                 state.backlogged = state.dropping = False

@@ -546,11 +546,11 @@ def test_a_record_waiting_for_a_later_one_that_never_comes_is_checked_alone_afte
 
 def test_fresh_vacuums_waiting_for_their_keys_records_do_not_stop_those_records_from_being_read() -> None:
     """Fresh vacuums of waiting tables wait to join their tables' delay records; when they fill
-    ``max_joining`` they stop more fresh vacuums from being read, but not the delay records they wait
+    ``max_queued`` they stop more fresh vacuums from being read, but not the delay records they wait
     for (else each would wait out its deadline and be parked alone, as a 100,000-vacuum burst was)."""
     rig = Rig()
     consumer = FakeConsumer(rig.clock)
-    loop = loop_over(rig, consumer, max_queued=2, max_joining=2)
+    loop = loop_over(rig, consumer, max_queued=2)
     for event in waiting_on_tables(rig, 3, 0):
         consumer.append(V, 0, event)
     run_for(loop, rig, 0.5)
