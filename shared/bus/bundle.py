@@ -128,7 +128,6 @@ class Bundle(PrebuiltRecord):
     event_type: str = BUNDLE_TYPE
 
     def outgoing(self, source: str) -> OutgoingRecord:
-        key = bundle_key(self.tenant)
         records = [encode(member, source=source) for member in self.members]
         dues = [due for due in (_due_ms(record.headers) for record in records) if due is not None]
         members = _ENCODER.encode(
@@ -141,30 +140,13 @@ class Bundle(PrebuiltRecord):
                 for member in records
             ]
         )
-        wire = WireBundleUnread(
-            schema_version=1,
-            event_id=str(self.event_id),
-            tenant=self.tenant,
-            occurred_at=_iso(self.occurred_at),
-            oldest_commit=None if self.oldest_commit is None else _iso(self.oldest_commit),
-            records=msgspec.Raw(members),
-        )
-        headers: list[tuple[str, bytes]] = [
-            ("ce_specversion", b"1.0"),
-            ("ce_id", str(self.event_id).encode()),
-            ("ce_source", source.encode("utf-8")),
-            ("ce_type", BUNDLE_TYPE.encode()),
-            ("ce_time", _iso(self.occurred_at).encode()),
-            ("ce_subject", key),
-            ("content-type", b"application/json"),
-            (COUNT_HEADER, str(len(self.members)).encode()),
-        ]
+        extra: list[tuple[str, bytes]] = []
         if dues:
-            headers.append((DUE_AT, max(dues).to_bytes(8, "big", signed=True)))
+            extra.append((DUE_AT, max(dues).to_bytes(8, "big", signed=True)))
         if self.summary is not None:
             summary = msgspec.structs.replace(self.summary, records_crc=zlib.crc32(members))
-            headers.append((SUMMARY_HEADER, _ENCODER.encode(summary)))
-        return OutgoingRecord(key=key, value=_ENCODER.encode(wire), headers=tuple(headers), partition=self.partition)
+            extra.append((SUMMARY_HEADER, _ENCODER.encode(summary)))
+        return _bundle_record(self, members, len(self.members), source, extra)
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,29 +167,53 @@ class CarriedBundle(PrebuiltRecord):
     event_type: str = BUNDLE_TYPE
 
     def outgoing(self, source: str) -> OutgoingRecord:
-        key = bundle_key(self.tenant)
-        wire = WireBundleUnread(
-            schema_version=1,
-            event_id=str(self.event_id),
-            tenant=self.tenant,
-            occurred_at=_iso(self.occurred_at),
-            oldest_commit=None if self.oldest_commit is None else _iso(self.oldest_commit),
-            records=msgspec.Raw(self.records),
-        )
-        headers: tuple[tuple[str, bytes], ...] = (
-            ("ce_specversion", b"1.0"),
-            ("ce_id", str(self.event_id).encode()),
-            ("ce_source", source.encode("utf-8")),
-            ("ce_type", BUNDLE_TYPE.encode()),
-            ("ce_time", _iso(self.occurred_at).encode()),
-            ("ce_subject", key),
-            ("content-type", b"application/json"),
-            (COUNT_HEADER, str(self.count).encode()),
+        extra = [
             (CAUSATION_HEADER, str(self.previous).encode()),
             (DUE_AT, self.due_at_ms.to_bytes(8, "big", signed=True)),
             (SUMMARY_HEADER, _ENCODER.encode(self.summary)),
-        )
-        return OutgoingRecord(key=key, value=_ENCODER.encode(wire), headers=headers, partition=self.partition)
+        ]
+        return _bundle_record(self, self.records, self.count, source, extra)
+
+
+class _BundleFields(Protocol):
+    @property
+    def event_id(self) -> uuid.UUID: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def occurred_at(self) -> datetime: ...
+    @property
+    def oldest_commit(self) -> datetime | None: ...
+
+
+def _bundle_record(
+    bundle: _BundleFields, records: bytes, count: int, source: str, extra: Sequence[tuple[str, bytes]]
+) -> OutgoingRecord:
+    """The record of a bundle whose members' JSON array is ``records``: its CloudEvents headers, then
+    ``extra`` (due time, summary, causation)."""
+    key = bundle_key(bundle.tenant)
+    wire = WireBundleUnread(
+        schema_version=1,
+        event_id=str(bundle.event_id),
+        tenant=bundle.tenant,
+        occurred_at=_iso(bundle.occurred_at),
+        oldest_commit=None if bundle.oldest_commit is None else _iso(bundle.oldest_commit),
+        records=msgspec.Raw(records),
+    )
+    headers = (
+        ("ce_specversion", b"1.0"),
+        ("ce_id", str(bundle.event_id).encode()),
+        ("ce_source", source.encode("utf-8")),
+        ("ce_type", BUNDLE_TYPE.encode()),
+        ("ce_time", _iso(bundle.occurred_at).encode()),
+        ("ce_subject", key),
+        ("content-type", b"application/json"),
+        (COUNT_HEADER, str(count).encode()),
+        *extra,
+    )
+    return OutgoingRecord(key=key, value=_ENCODER.encode(wire), headers=headers, partition=bundle.partition)
 
 
 def summary_of_members(
