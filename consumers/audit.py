@@ -652,13 +652,17 @@ def bundle_members(record: RawRecord) -> tuple[Sequence[RawRecord], WholeCarry |
     if record.key is None or not record.key.endswith(_BUNDLE_KEY_END):
         return (record,), None
     bundle = unpack(record) if is_bundle(record.headers) else None
+    try:
+        members = () if bundle is None else bundle.members
+    except ValueError:  # members that do not read: the record as it is
+        bundle = None
     if bundle is None:
         return (record,), None
     due = header_due_at_ms(record)
     if bundle.summary is None or bundle.summary.carried <= 0 or due is None:
-        return bundle.members, None
+        return members, None
     due_at = datetime.fromtimestamp(due / 1000, timezone.utc)
-    return bundle.members, WholeCarry(bundle.summary.carried, bundle.occurred_at, due_at)
+    return members, WholeCarry(bundle.summary.carried, bundle.occurred_at, due_at)
 
 
 _BUNDLE_KEY_END = b"/" + BUNDLE_KEY_SUFFIX.encode()

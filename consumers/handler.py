@@ -94,6 +94,7 @@ from acidclean.schemas.events import (
 from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.bus.bundle import (
+    BUNDLE_TYPE,
     MAX_BUNDLE_RECORDS,
     Bundle,
     BundleSummary,
@@ -1363,12 +1364,16 @@ class CleanupHandler:
                 bundle, partition=partition, held_ids=held, checked_at=now, due_at_ms=due_ms, max_wait_s=max_wait
             )
         if whole is not None:
-            keys = tuple(member.key for member in bundle.read.wire_members)
+            keys = bundle.read.keys
             batch.bundles.append(_BundleCheck(partition, source[0], [], [], whole=whole, keys=keys))
             return self._bundle_checked(batch, own_batch, shell)
+        try:
+            members_read = bundle.members
+        except ValueError as error:  # read lazily (it has a summary): refused whole, as unpack refuses one
+            return self._refuse_unread_bundle(work, locks, error)
         prior = bundle.carried
         by_key: dict[bytes, list[RawRecord]] = {}
-        for member in bundle.members:
+        for member in members_read:
             by_key.setdefault(member.key or b"", []).append(member)
         for key, members in by_key.items():
             riders = bundle.riders.get(key, ())
@@ -1405,6 +1410,20 @@ class CleanupHandler:
             read_by = datetime.fromtimestamp(max(batch.check.read_by_ms, required) / 1000, timezone.utc)
             self._remember_checks([(item, read_by) for item in spilled])
         return self._bundle_checked(batch, own_batch, shell)
+
+    def _refuse_unread_bundle(self, work: Work, locks: TableLockCheck, error: ValueError) -> Outcome:
+        """Dead-letter a bundle whose members do not read, with its raw bytes: nothing of it is carried on
+        or cleaned (its members cannot be told apart)."""
+        rejected = reject(
+            work.record,
+            "invalid_event",
+            f"a bundle whose members do not read: {error}",
+            rejected_by=self.config.cleaner_id,
+            tenant=self.config.tenant,
+            rejected_event_type=BUNDLE_TYPE,
+            now=self._clock.now,
+        )
+        return self._dead_letter(rejected, locks)
 
     def _bundle_checked(self, batch: OutcomeBatch, own_batch: bool, shell: DelayedVacuums) -> Outcome:
         """A bundle's check done: its records go out with the batch's, or now if it has none."""

@@ -66,6 +66,22 @@ class WireMember(msgspec.Struct, forbid_unknown_fields=True):
     value: msgspec.Raw
 
 
+class WireMemberKey(msgspec.Struct):
+    """A member's key alone (the rest of it skipped unread)."""
+
+    key: str
+
+
+class WireBundleHead(msgspec.Struct, forbid_unknown_fields=True):
+    """A bundle's fields before its members (its value cut before ``"records"``)."""
+
+    schema_version: int
+    event_id: str
+    tenant: str
+    occurred_at: str
+    oldest_commit: str | None
+
+
 class WireBundle(msgspec.Struct, forbid_unknown_fields=True):
     schema_version: int
     event_id: str
@@ -97,6 +113,9 @@ class BundleSummary(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _DECODER = msgspec.json.Decoder(WireBundle)
+_MEMBERS = msgspec.json.Decoder(list[WireMember])
+_KEYS = msgspec.json.Decoder(list[WireMemberKey])
+_HEAD_DECODER = msgspec.json.Decoder(WireBundleHead)
 _SUMMARY = msgspec.json.Decoder(BundleSummary)
 _ENCODER = msgspec.json.Encoder()
 # More checks in a row than any member may be carried unread (MAX_UNCHANGED_CHECKS) is a bad summary.
@@ -267,6 +286,12 @@ def carried_on(
     summary, records = bundle.summary, bundle.records
     if summary is None or records is None or summary.carries_left <= 0:
         return None
+    try:
+        count = bundle.count
+    except ValueError:
+        return None  # its members do not read: its check refuses it
+    if count == 0:
+        return None
     if (checked_at - _moment(summary.oldest_commit)).total_seconds() >= max_wait_s:
         return None
     if not all(lock_id in held_ids for lock_id in summary.lock_ids):
@@ -277,7 +302,7 @@ def carried_on(
         partition=partition,
         previous=bundle.event_id,
         records=records,
-        count=bundle.count,
+        count=count,
         occurred_at=checked_at,
         due_at_ms=due_at_ms,
         oldest_commit=bundle.oldest_commit,
@@ -361,24 +386,57 @@ def bundles_of(
 @dataclass(frozen=True)
 class ReadBundle:
     """A bundle record read back: its id, times and members (each a :class:`RawRecord` at the bundle's
-    topic, partition and offset, built when first asked for: a bundle carried on whole never needs
-    them)."""
+    topic, partition and offset).
+
+    A bundle with a summary is read lazily: its members' array is cut out of the value unparsed, its
+    CRC is taken when its summary is first asked for, its members' keys are read (alone) when first
+    asked for, and its members are built only when a check needs them (a bundle carried on whole never
+    does). A bundle without a summary is read in full by :func:`unpack`, which refuses a bad one."""
 
     event_id: uuid.UUID
     tenant: str
     occurred_at: datetime
     oldest_commit: datetime | None
-    wire_members: Sequence[WireMember]
     source: RawRecord  # the bundle record itself
-    # Its x-bundle-unchanged header, and its members' JSON array as read: None without a valid summary.
-    summary: BundleSummary | None = None
-    records: bytes | None = None
+    # Its members' JSON array, as read (unparsed until asked for).
+    member_bytes: bytes
+    # Its x-bundle-unchanged header as read, before its CRC is checked (see summary).
+    claimed_summary: BundleSummary | None = None
+
+    @property
+    def summary(self) -> BundleSummary | None:
+        """Its x-bundle-unchanged header, or None when it has none or its CRC is not that of the
+        members' bytes (a bundle changed after it was written is checked member by member)."""
+        if self.claimed_summary is None:
+            return None
+        matches: bool | None = self.__dict__.get("_crc_matches")
+        if matches is None:
+            matches = zlib.crc32(self.member_bytes) == self.claimed_summary.records_crc
+            self.__dict__["_crc_matches"] = matches
+        return self.claimed_summary if matches else None
+
+    @property
+    def records(self) -> bytes | None:
+        """Its members' JSON array, when it has a summary (what a whole carry writes on)."""
+        return self.member_bytes if self.summary is not None else None
+
+    @property
+    def wire_members(self) -> list[WireMember]:
+        """Its members as on the wire. Raises ``ValueError`` when they do not read."""
+        wire: list[WireMember] | None = self.__dict__.get("_wire")
+        if wire is None:
+            try:
+                wire = _MEMBERS.decode(self.member_bytes)
+            except (msgspec.ValidationError, msgspec.DecodeError) as error:
+                raise ValueError(f"the members of bundle {self.event_id} do not read: {error}") from error
+            self.__dict__["_wire"] = wire
+        return wire
 
     @property
     def members(self) -> tuple[RawRecord, ...]:
-        """Every member, as if it had been published alone. Raises ``ValueError`` when a member's
-        headers are not Latin-1 text (only possible in a bundle with a summary: one without is read
-        in full by :func:`unpack`, which refuses it)."""
+        """Every member, as if it had been published alone. Raises ``ValueError`` when they do not
+        read, or a member's headers are not Latin-1 text (only possible in a bundle with a summary:
+        one without is read in full by :func:`unpack`, which refuses it)."""
         members: tuple[RawRecord, ...] | None = self.__dict__.get("_members")
         if members is None:
             record = self.source
@@ -401,11 +459,33 @@ class ReadBundle:
         return members
 
     @property
+    def keys(self) -> tuple[str, ...]:
+        """Its members' keys, in order (read alone, without the rest of the members). Raises
+        ``ValueError`` when they do not read."""
+        keys: tuple[str, ...] | None = self.__dict__.get("_keys")
+        if keys is None:
+            wire: list[WireMember] | None = self.__dict__.get("_wire")
+            if wire is not None:
+                keys = tuple(member.key for member in wire)
+            else:
+                try:
+                    keys = tuple(member.key for member in _KEYS.decode(self.member_bytes))
+                except (msgspec.ValidationError, msgspec.DecodeError) as error:
+                    raise ValueError(f"the members of bundle {self.event_id} do not read: {error}") from error
+            self.__dict__["_keys"] = keys
+        return keys
+
+    @property
     def count(self) -> int:
-        return len(self.wire_members)
+        """How many members it has. Raises ``ValueError`` when they do not read."""
+        return len(self.keys)
 
     def member_keys(self) -> set[bytes]:
-        return {member.key.encode("utf-8") for member in self.wire_members}
+        """Its members' keys (none when they do not read: its check then refuses it)."""
+        try:
+            return {key.encode("utf-8") for key in self.keys}
+        except ValueError:
+            return set()
 
 
 def is_bundle(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
@@ -418,26 +498,38 @@ def is_bundle(headers: Sequence[tuple[str, bytes | None]] | None) -> bool:
 
 def unpack(record: RawRecord) -> ReadBundle | None:
     """The bundle in ``record``, or None when it is not a well-formed bundle (the caller then treats it
-    as any record it cannot read: a dead letter with the raw bytes)."""
+    as any record it cannot read: a dead letter with the raw bytes). A bundle with a summary is read
+    lazily (see :class:`ReadBundle`): only its head here."""
     if not record.value:
         return None
+    headers = dict(record.headers)
+    claimed = _claimed_summary(headers.get(SUMMARY_HEADER))
+    cut = _members_cut(record.value) if claimed is not None else None
+    wire_members: list[WireMember] | None = None
+    head: WireBundleHead | WireBundle
     try:
-        wire = _DECODER.decode(record.value)
-        event_id = uuid.UUID(wire.event_id)
-        occurred_at = _moment(wire.occurred_at)
-        oldest = None if wire.oldest_commit is None else _moment(wire.oldest_commit)
+        if cut is not None:
+            head = _HEAD_DECODER.decode(record.value[:cut] + b"}")
+            member_bytes = record.value[cut + len(_RECORDS_FIELD) : -1]
+        else:
+            claimed = None
+            wire = _DECODER.decode(record.value)
+            head, wire_members, member_bytes = wire, wire.records, b""
+        event_id = uuid.UUID(head.event_id)
+        occurred_at = _moment(head.occurred_at)
+        oldest = None if head.oldest_commit is None else _moment(head.oldest_commit)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
         return None
-    if wire.schema_version != 1 or not wire.records or record.key != bundle_key(wire.tenant):
+    if head.schema_version != 1 or record.key != bundle_key(head.tenant) or member_bytes.strip() == b"[]":
         return None
-    headers = dict(record.headers)
-    if headers.get("ce_id") != wire.event_id.encode():
+    if headers.get("ce_id") != head.event_id.encode():
         return None
-    summary, records = _summary(headers.get(SUMMARY_HEADER), record.value)
-    bundle = ReadBundle(event_id, wire.tenant, occurred_at, oldest, wire.records, record, summary, records)
-    if summary is None:
-        # Members read now: one that does not read refuses the bundle here. With a summary, the
-        # members' bytes are those its writer gave (their CRC): read only when a check needs them.
+    bundle = ReadBundle(event_id, head.tenant, occurred_at, oldest, record, member_bytes, claimed)
+    if wire_members is not None:
+        if not wire_members:
+            return None
+        # Read in full now: a member that does not read refuses the bundle here.
+        bundle.__dict__["_wire"] = wire_members
         try:
             bundle.members  # noqa: B018
         except ValueError:
@@ -445,27 +537,29 @@ def unpack(record: RawRecord) -> ReadBundle | None:
     return bundle
 
 
-def _summary(header: bytes | None, value: bytes) -> tuple[BundleSummary | None, bytes | None]:
-    """A bundle's summary and its members' bytes; (None, None) when it has none or it does not read as
-    one must (the bundle is then checked member by member, as any other)."""
+def _claimed_summary(header: bytes | None) -> BundleSummary | None:
+    """A bundle's summary as its header gives it (its CRC not yet checked); None when it has none or
+    it does not read as one must (the bundle is then read in full and checked member by member)."""
     if not header:
-        return None, None
+        return None
     try:
         summary = _SUMMARY.decode(header)
         _moment(summary.oldest_commit)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
-        return None, None
+        return None
     if not summary.lock_ids or not 0 <= summary.carries_left <= MAX_WHOLE_CARRIES or summary.carried < 0:
-        return None, None
-    # The members' array is the value's last field, as written (every field before it a plain value):
-    # cut out without parsing the value again, and taken only if its CRC is the one the writer gave.
+        return None
+    return summary
+
+
+def _members_cut(value: bytes) -> int | None:
+    """Where the members' array starts in a bundle's value: it is the value's last field, as written
+    (every field before it a plain value, so the first ``,"records":`` is its; inside a JSON string
+    a quote is always escaped). None when the value is not laid out so."""
     start = value.find(_RECORDS_FIELD)
     if start < 0 or not value.endswith(b"}"):
-        return None, None
-    records = value[start + len(_RECORDS_FIELD) : -1]
-    if zlib.crc32(records) != summary.records_crc:
-        return None, None
-    return summary, records
+        return None
+    return start
 
 
 _RECORDS_FIELD = b',"records":'

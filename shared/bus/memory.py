@@ -63,5 +63,8 @@ class InMemoryBus:
         records: list[RawRecord] = []
         for record in self.records.get(topic, []):
             bundle = unpack(record) if is_bundle(record.headers) else None
-            records.extend(bundle.members if bundle is not None else (record,))
+            try:
+                records.extend(bundle.members if bundle is not None else (record,))
+            except ValueError:  # members that do not read: the record as it is
+                records.append(record)
         return records

@@ -67,6 +67,15 @@ SETTLE_LIMIT_S = float(os.environ.get("ACIDCLEAN_SCALE_SETTLE_S", "180"))
 DB = "scale_db"
 
 
+def passed_kafka_settings() -> dict[str, str]:
+    """Kafka client settings given to the bench as ``ACIDCLEAN_KAFKA_*`` (say, compression), passed on."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith("ACIDCLEAN_KAFKA_") and not name.startswith("ACIDCLEAN_KAFKA_BOOTSTRAP")
+    }
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -380,6 +389,7 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
                 tmp_path / f"cleaner{number}.log",
                 cleaner_id=f"scale{number}",
                 args=("--metrics-port", str(port)),
+                extra_env=passed_kafka_settings(),
             )
             cleaners.append((cleaner, port))
         for _, port in cleaners:

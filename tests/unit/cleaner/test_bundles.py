@@ -11,11 +11,13 @@ import base64
 import dataclasses
 import json
 import uuid
+import zlib
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
 
+import msgspec
 import pytest
 
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
@@ -25,7 +27,16 @@ from acidclean.consumers.scheduling import delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
-from acidclean.shared.bus.bundle import BUNDLE_TYPE, Bundle, BundleSummary, bundle_key, bundles_of, is_bundle, unpack
+from acidclean.shared.bus.bundle import (
+    BUNDLE_TYPE,
+    SUMMARY_HEADER,
+    Bundle,
+    BundleSummary,
+    bundle_key,
+    bundles_of,
+    is_bundle,
+    unpack,
+)
 from acidclean.shared.bus.codec import decode, encode, header_due_at_ms
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.settings import Settings
@@ -295,6 +306,51 @@ def test_a_record_that_says_it_is_a_bundle_but_does_not_read_as_one_is_dead_lett
     [rejected] = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
     assert rejected.rejected_event_type == BUNDLE_TYPE
     assert consumer.committed[(D, 0)] == 1
+
+
+@pytest.mark.parametrize(
+    ("members", "carries"),
+    [
+        (b"[{not json", 0),
+        (b'[{"key": 7, "headers": [], "value": {}}]', 0),
+        (b'[{"key": "acme/sales.t0"}]', 2),  # its keys read: carried on as its summary allows, then refused
+        (b'[{"key": "acme/sales.t0", "headers": [["ce_id", "\\u0100"]], "value": {}}]', 2),
+    ],
+    ids=["not-json", "key-not-text", "no-value", "header-not-latin-1"],
+)
+def test_a_summarised_bundle_whose_members_do_not_read_is_dead_lettered_whole_within_its_carries(
+    members: bytes, carries: int
+) -> None:
+    """A bundle with a summary is read lazily: its keys when it is checked, its members only when a
+    check needs them. Members that do not read, even under a matching CRC, are refused with the raw
+    bytes: at the first check when their keys do not read, else once its summary allows no more carries
+    (a forged summary only ever delays; nothing is cleaned, and the loop goes on)."""
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    good = bundles(rig)[-1]
+    summary = dict(good.headers).get(SUMMARY_HEADER)
+    assert summary is not None  # the loop wrote a summary: the forged bundle keeps one that matches
+    cut = good.value.index(b',"records":') + len(b',"records":')
+    value = good.value[:cut] + members + b"}"
+    claimed = msgspec.json.decode(summary, type=BundleSummary)
+    forged = msgspec.structs.replace(claimed, carries_left=carries, records_crc=zlib.crc32(members))
+    headers = tuple(
+        (name, msgspec.json.encode(forged) if name == SUMMARY_HEADER else data) for name, data in good.headers
+    )
+    log = consumer.logs[(D, 0)]
+    assert log[-1].value == good.value  # not read yet: the forged bundle takes its place
+    log[-1] = RawRecord(D, 0, len(log) - 1, good.key, value, headers)
+    read = unpack(log[-1])
+    assert read is not None and read.summary is not None  # read lazily: its CRC matches
+    before = len(bundles(rig))
+    cycle(loop, rig, consumer, seen, carries + 2)
+    rejected = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
+    assert [(r.rejected_event_type, r.reason_code) for r in rejected] == [(BUNDLE_TYPE, "invalid_event")]
+    assert rejected[0].source.value_b64 is not None and members in base64.b64decode(rejected[0].source.value_b64)
+    assert len([record for record in bundles(rig)[before:] if members in record.value]) == carries
+    assert consumer.committed[(D, 0)] == len(consumer.logs[(D, 0)])
+    assert rig.fs.deleted == []
 
 
 def test_bundles_are_cut_to_their_record_and_byte_limits_and_read_back_byte_for_byte() -> None:
