@@ -1340,6 +1340,8 @@ class CleanupHandler:
         shell = empty_group_shell(bundle.event_id, bundle.tenant, "", None, bundle.occurred_at, None, due)
         with self._own_checks_lock:
             replayed = str(bundle.event_id) in self._bundles_checked
+            # Taken at every check (a bundle is checked once; kept, it would wait for the prune).
+            checked = self._own_checks.pop(str(bundle.event_id), None)
         if replayed:
             self._metrics.events.labels("bundle_replayed").inc()
             log(LOGGER, logging.DEBUG, "bundle already checked, its records acknowledged: skipped", **_ids(bundle))
@@ -1405,7 +1407,6 @@ class CleanupHandler:
         # asked after that check may answer it (this check's own list may be older: it only keeps
         # vacuums waiting, see acidclean.consumers.loop._read_by_ms).
         if spilled:
-            checked = self.take_checked_at_ms(bundle.event_id)
             required = work.received_ms if checked is None else min(work.received_ms, checked)
             read_by = datetime.fromtimestamp(max(batch.check.read_by_ms, required) / 1000, timezone.utc)
             self._remember_checks([(item, read_by) for item in spilled])

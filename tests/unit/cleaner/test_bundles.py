@@ -619,6 +619,23 @@ def test_vacuums_waiting_alone_go_on_in_bundles_one_check_more_each_interval_unt
     assert {path.rsplit("/", 2)[-2] for path in rig.fs.deleted} == {"t0"}
 
 
+def test_a_checked_bundle_leaves_no_check_time_behind_whether_carried_on_whole_or_member_by_member() -> None:
+    """Each check of a bundle takes the time of the check that wrote it: none stays behind to be
+    pruned (at 10,000 tables, thousands of entries an interval), only the newest bundles keep theirs."""
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 6)
+    written_before = len(bundles(rig))
+    cycle(loop, rig, consumer, seen, 1)
+    records = bundles(rig)
+    assert any(carried(record) >= 1 for record in records)  # some were carried on whole
+    ids = [uuid.UUID(dict(record.headers)["ce_id"].decode()) for record in records]
+    newest = ids[written_before:]
+    assert newest  # written by the last check and not yet checked: their check time is kept for it
+    assert all(rig.handler.take_checked_at_ms(event_id) is None for event_id in ids[:written_before])
+    assert all(rig.handler.take_checked_at_ms(event_id) is not None for event_id in newest)
+
+
 def test_a_member_sent_out_of_its_bundle_is_answered_only_by_a_lock_list_asked_after_the_bundles_check() -> None:
     rig = bundled_rig()
     consumer, loop, seen, _ids = started(rig)
