@@ -87,6 +87,17 @@ def test_producer_settings_pass_through_with_idempotence_and_acks_all() -> None:
     assert given["message.timeout.ms"] == "5000"
 
 
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [({}, {"compression.type": "lz4"}), ({"compression.type": "zstd"}, {"compression.type": "zstd"})],
+)
+def test_producer_compresses_with_lz4_unless_told_otherwise(given: dict[str, str], expected: dict[str, str]) -> None:
+    config = producer_config({**KAFKA, **given}, delivery_timeout_s=30)
+    assert {key: config.get(key) for key in expected} == expected
+    codec = producer_config({**KAFKA, "compression.codec": "none"}, delivery_timeout_s=30)
+    assert codec["compression.codec"] == "none" and "compression.type" not in codec  # its alias, kept as given
+
+
 @pytest.mark.parametrize("setting", [{"acks": "1"}, {"enable.idempotence": "false"}])
 def test_producer_settings_that_weaken_delivery_are_refused(setting: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match="remove it from the kafka settings"):
