@@ -414,6 +414,15 @@ class OutcomeBatch:
         # a bundle with one of them is checked member by member, so the table goes on in one bundle.
         self.shared_keys: set[bytes] = set()
 
+    def close(self) -> None:
+        """Let go of everything the batch holds, once its outcomes are flushed. Each table's check
+        refers back to its batch: without this, every batch (its outcomes, the bundles it wrote, up to
+        512 KB each) lived until the cyclic collector found it, and its full collections of that much
+        held the interpreter for 0.4-0.7 s every 15 s at 100,000 parked vacuums."""
+        self.tables, self.prepared, self.outbox, self.bundles = [], [], [], []
+        self.known = BatchTables()
+        self.carried_by, self.shared_keys = {}, set()
+
     def carry(self, published: EventBase | PrebuiltRecord, outcome_id: object) -> None:
         """``published`` carries (part of) the outcome whose event id is ``outcome_id``."""
         self.carried_by.setdefault(str(published.event_id), set()).add(str(outcome_id))

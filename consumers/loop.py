@@ -706,7 +706,10 @@ class CleanerLoop:
                 if prepared:
                     self._run_prepared(batch, prepared, deferred)
         finally:
-            self._flush(batch, deferred)
+            try:
+                self._flush(batch, deferred)
+            finally:
+                batch.close()
 
     def _run_one(
         self, work: Work, locks: Any, deferred: list[tuple[Work, Outcome]], prepared: list[tuple[Work, Outcome]]

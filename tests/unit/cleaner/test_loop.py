@@ -22,6 +22,13 @@ from .fakes import LOCATION, TOPICS, FakeClock, FakeConsumer, InlineExecutor, Ri
 V, D = TOPICS.vacuum_committed, TOPICS.cleanup_delay
 
 
+class EmptyBatch:
+    """A batch that holds nothing (the loop closes every batch it ran)."""
+
+    def close(self) -> None:
+        return None
+
+
 class StubHandler:
     """Records what the loop hands over and when; fails the offsets it is told to fail once."""
 
@@ -35,8 +42,8 @@ class StubHandler:
         self.lock_checks += 1
         return object()
 
-    def batch(self, tables: int, read_by_ms: int = 0) -> object:
-        return object()
+    def batch(self, tables: int, read_by_ms: int = 0) -> EmptyBatch:
+        return EmptyBatch()
 
     def prefetch(self, batch: object, firsts: object) -> None:
         return None

@@ -279,6 +279,13 @@ def test_an_envelope_due_a_day_ahead_no_longer_holds_its_partition(rig: Rig, cap
 # -- a stalled partition shows in the metrics --------------------------------------------------------
 
 
+class EmptyBatch:
+    """A batch that holds nothing (the loop closes every batch it ran)."""
+
+    def close(self) -> None:
+        return None
+
+
 class AlwaysUnacknowledged:
     """A handler whose outcome for (V, 0, 0) is never acknowledged: its partition is stalled."""
 
@@ -288,8 +295,8 @@ class AlwaysUnacknowledged:
     def lock_check(self, work: Work, batch: object = None) -> object:
         return object()
 
-    def batch(self, tables: int, read_by_ms: int = 0) -> object:
-        return object()
+    def batch(self, tables: int, read_by_ms: int = 0) -> EmptyBatch:
+        return EmptyBatch()
 
     def prefetch(self, batch: object, firsts: object) -> None:
         return None
