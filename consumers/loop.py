@@ -142,6 +142,8 @@ class PartitionState:
     held_bytes: int = 0  # the size of their values
     held_keys: Counter[str] = field(default_factory=Counter)  # the keys of the waiting groups held
     dropping: bool = False  # held is full: later records are left to be fetched again after the resume
+    # Paused for its held head, but fetching on (half the read-ahead was free again): paused once full.
+    reading_ahead: bool = False
     backlogged: bool = False  # paused because the lanes hold max_queued records: resumed once they drain
     paused_until_ms: int | None = None
     committed: int | None = None
@@ -350,8 +352,12 @@ class CleanerLoop:
             return  # a re-fetched copy of a record already handed over or held
         held_full = len(state.held) >= self.config.held_per_partition or state.held_bytes >= self.config.held_bytes
         if state.dropping or (state.paused_until_ms is not None and held_full):
-            # Not read at all: fetched again from the held head once the partition resumes, so the memory
-            # held stays bounded however many vacuums wait, and the offset never moves past it.
+            # Not read at all: fetched again from the first record not read once the partition reads on,
+            # so the memory held stays bounded however many vacuums wait, and the offset never moves
+            # past it.
+            if state.reading_ahead:
+                self.consumer.pause([TopicPartition(*partition)])
+                state.reading_ahead = False
             state.dropping = True
             return
         new_work = partition[0] != self.config.delay_topic
@@ -629,15 +635,27 @@ class CleanerLoop:
                 self._hand_over(partition, state, released, now)
             if state.held:
                 state.paused_until_ms = state.held[0].due_ms
+                if state.dropping and state.seen_until is not None and self._half_held(state):
+                    # Records after the held ones wait unread: read on now, not once the last held one
+                    # is due, so they are in hand at their due time (a partition's bundles due within
+                    # one interval can be more than the read-ahead).
+                    state.dropping, state.reading_ahead = False, True
+                    self.consumer.seek(TopicPartition(*partition, state.seen_until))
+                    self.consumer.resume([TopicPartition(*partition)])
             else:
                 state.paused_until_ms = None
-                state.dropping = False
+                state.dropping = state.reading_ahead = False
                 if state.seen_until is not None:
                     # Every record before seen_until was handed over: fetch from the first one not read,
                     # not again from the held head (re-fetched copies were 40% of what a cleaner with
                     # thousands of parked vacuums read, each one dropped by _route).
                     self.consumer.seek(TopicPartition(*partition, state.seen_until))
                 self.consumer.resume([TopicPartition(*partition)])
+
+    def _half_held(self, state: PartitionState) -> bool:
+        """Whether at most half the read-ahead of a partition is taken."""
+        config = self.config
+        return 2 * len(state.held) <= config.held_per_partition and 2 * state.held_bytes <= config.held_bytes
 
     def _next_due_ms(self) -> int | None:
         dues = [state.paused_until_ms for state in self._states.values() if state.paused_until_ms is not None]
@@ -949,7 +967,7 @@ class CleanerLoop:
         state.held_bytes = 0
         state.held_keys.clear()
         self._purge_joiners({partition})
-        state.dropping = state.backlogged = False
+        state.dropping = state.backlogged = state.reading_ahead = False
         state.seen_until = offset
         state.paused_until_ms = self._clock.now_ms() + (self.config.retry_backoff_ms or self.config.interval_ms)
         self.consumer.pause([TopicPartition(topic, number)])
