@@ -162,3 +162,29 @@ def test_an_unreachable_metastore_is_one_line_on_stderr_of_the_real_command() ->
     assert done.returncode == EXIT_UNAVAILABLE, done.stderr
     assert done.stderr.splitlines() == [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+def test_a_ctrl_c_while_the_command_line_is_still_being_imported_exits_130_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``acidclean`` and ``python -m acidclean`` import every command before their Ctrl-C handling is
+    in place (a second or more on a busy machine): a Ctrl-C then ends the same way, not in a traceback
+    (a fresh-clone CI run sent it 2 s after the start and got Python's own exit)."""
+    import importlib.abc
+    import sys
+
+    import acidclean.__main__ as entry
+    from acidclean.cli import EXIT_INTERRUPTED
+
+    class InterruptedImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+            if name == "acidclean.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "acidclean.cli")
+    monkeypatch.setattr(sys, "meta_path", [InterruptedImport(), *sys.meta_path])
+    with pytest.raises(SystemExit) as exited:
+        entry.run()
+    assert exited.value.code == EXIT_INTERRUPTED == entry.EXIT_INTERRUPTED
+    assert capsys.readouterr().err == "interrupted\n"
