@@ -40,6 +40,7 @@ from cleaner_support import (
     start_reader,
 )
 from confluent_kafka import Consumer, TopicPartition
+from cpu_use import CpuWindow, listening_pid
 
 from acidclean.consumers.rules.obsolete import CleanupPlan, check_markers, plan_cleanup
 from acidclean.consumers.rules.readiness import open_transactions_before, ready_to_clean, table_locks
@@ -272,8 +273,10 @@ def run_cleaner(
     unique_name: str,
     tmp_path: Path,
     vacuums: list[VacuumCommitted],
-) -> float:
-    """Seconds from publishing ``vacuums`` (one batch) to the last CleanupDone, cleaner in its own process.
+    services: dict[str, int | None],
+) -> tuple[float, CpuWindow]:
+    """Seconds from publishing ``vacuums`` (one batch) to the last CleanupDone, cleaner in its own process,
+    and the cores that it and ``services`` (name: pid) used meanwhile.
 
     The vacuums go out through a producer that already published the warm-up vacuum: a new producer's
     first publish (metadata, producer id) took 50 to 500 ms here, the benchmark's cost and not the
@@ -288,15 +291,17 @@ def run_cleaner(
         with KafkaEventBus(settings.kafka) as bus:
             bus.publish(topic, warm_vacuum)  # the group is joined, the workers and this producer are warm
             watcher.wait_for(lambda: watcher.done(warm_vacuum), 60, "the warm-up cleanup")
+            window = CpuWindow({"cleaner": cleaner.process.pid, **services}).start()
             started_at = datetime.now(timezone.utc)
             bus.publish_many([(topic, vacuum) for vacuum in vacuums])
             watcher.wait_for(lambda: all(watcher.done(v) for v in vacuums), 120, "every CleanupDone")
+            window.stop()
         last = max(watcher.done(v)[0].occurred_at for v in vacuums)
         cleaner_s = (last - started_at).total_seconds()
     finally:
         cleaner.stop()
         watcher.close()
-    return cleaner_s
+    return cleaner_s, window
 
 
 def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
@@ -325,11 +330,16 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
     their_vacuums = {threads: [table.minor_vacuum() for table in tables] for threads, tables in theirs.items()}
     rates: dict[int, float] = {}
     loop_rates: dict[int, float] = {}
+    services = {"metastore": listening_pid(metastore_uri), "broker": listening_pid(kafka_bootstrap)}
+    windows: dict[int, CpuWindow] = {}
+    loop_window = CpuWindow({"loop": os.getpid(), "metastore": services["metastore"]})
 
     def reference(threads: int, batch: slice) -> float:
         started = time.perf_counter()
+        loop_window.start()
         for table, vacuum in zip(theirs[threads][batch], their_vacuums[threads][batch], strict=True):
             assert reference_clean(metastore, table, vacuum) == 3
+        loop_window.stop()
         return time.perf_counter() - started
 
     load_before = os.getloadavg()[0]
@@ -345,7 +355,9 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
         )
         vacuums = [table.minor_vacuum() for table in ours[threads]]
         reference_s = reference(threads, slice(0, quarter))
-        cleaner_s = run_cleaner(settings, metastore, root, f"{unique_name}t{threads}", tmp_path / str(threads), vacuums)
+        cleaner_s, windows[threads] = run_cleaner(
+            settings, metastore, root, f"{unique_name}t{threads}", tmp_path / str(threads), vacuums, services
+        )
         reference_s += reference(threads, slice(quarter, None))
         assert all(table.children() == v.new_directories for table, v in zip(ours[threads], vacuums, strict=True))
         rates[threads] = THROUGHPUT_TABLES / cleaner_s
@@ -361,4 +373,6 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
         print(
             f"[bench]   threads={threads}: {rate:6.1f}/s  ratio to the loop around it ({loop_rates[threads]:5.1f}/s) "
             f"{rate / loop_rates[threads]:5.2f}  to threads=1 {rate / rates.get(1, rate):5.2f}"
+            f"  (CPU: {windows[threads].summary()})"
         )
+    print(f"[bench]   the loop's stretches: CPU {loop_window.summary()}")
