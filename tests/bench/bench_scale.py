@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 from cleaner_support import TENANT, CleanerSubprocess, cleaner_settings, start_cleaner_process
 from confluent_kafka import Consumer, TopicPartition
+from cpu_use import CpuWindow, listening_pid
 
 from acidclean.deploy.local.process import free_port
 from acidclean.schemas.common import LockSnapshotEntry
@@ -299,9 +300,14 @@ def park(
 
 
 def measure(
-    label: str, watcher: HeaderWatcher, cleaners: list[tuple[CleanerSubprocess, int]], parked: int
+    label: str,
+    watcher: HeaderWatcher,
+    cleaners: list[tuple[CleanerSubprocess, int]],
+    parked: int,
+    services: dict[str, int | None],
 ) -> tuple[float, list[float]]:
-    """Let the parked vacuums cycle for a few intervals, then report one window."""
+    """Let the parked vacuums cycle for a few intervals, then report one window (with the cores the
+    box, each cleaner and ``services`` used in it)."""
     calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
     carried = 'acidclean_cleaner_events_total{outcome="carried_unread"}'
     spilled = 'acidclean_cleaner_events_total{outcome="bundle_spilled"}'
@@ -323,9 +329,12 @@ def measure(
     spilled_before = sum(scrape(port, spilled) for _, port in cleaners)
     taken_before = [sum(scrape(port, name) for _, port in cleaners) for name in taken]
     records_before, bundles_before = watcher.envelopes, watcher.bundles
+    processes = {f"cleaner{number}": cleaner.process.pid for number, (cleaner, _) in enumerate(cleaners)}
+    cpu = CpuWindow(processes | services | {"bench": os.getpid()}).start()
     start = time.time()
     time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
     end = time.time()
+    cpu.stop()
     kafka_records = (watcher.envelopes - records_before) / WINDOW_INTERVALS
     bundles = (watcher.bundles - bundles_before) / WINDOW_INTERVALS
     samples = watcher.window(start, end)
@@ -349,7 +358,7 @@ def measure(
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
         f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made / WINDOW_INTERVALS:.1f}; "
-        f"steady {settled_s:.0f} s after publishing"
+        f"steady {settled_s:.0f} s after publishing; CPU {cpu.summary()}"
     )
     assert early == [], early[:5]
     return percentile(samples, 0.99), rss
@@ -409,9 +418,10 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
             f"{filtered * 1000:.1f} ms: one unfiltered call beats per-table calls from "
             f"{max(1, round(unfiltered / filtered)):,} tables a batch up"
         )
-        measure("step 1", watcher, cleaners, first)
+        services = {"metastore": listening_pid(metastore_uri), "broker": listening_pid(kafka_bootstrap)}
+        measure("step 1", watcher, cleaners, first, services)
         park(bus, settings, root, entries, first, EVENTS - first, arrival)
-        measure("step 2", watcher, cleaners, EVENTS)
+        measure("step 2", watcher, cleaners, EVENTS, services)
         done_before = watcher.done
         release_started = time.time()
         for txn, _ in waves:
