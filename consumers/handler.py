@@ -709,12 +709,13 @@ class CleanupHandler:
     def lock_view(self, read_by_ms: int) -> LockView:
         """The newest :class:`LockView` if it was asked for after ``read_by_ms`` (in a later millisecond
         than when the batch's last event was read, or than this process's own check that wrote it) and
-        is at most :attr:`lock_view_max_age_ms` old, else a new one (one thread asks; the others wait
-        for its answer). Raises ``MetastoreError`` (a failed answer is not kept)."""
+        is at most :attr:`lock_view_max_age_ms` old (twice that while its renewal is under way in the
+        background), else a new one (one thread asks; the others wait for its answer). Raises
+        ``MetastoreError`` (a failed answer is not kept)."""
         with self._view_lock:
             view = self._view
             now = self._now_ms()
-            if view is not None and view.asked_ms > read_by_ms and now - view.asked_ms <= self.lock_view_max_age_ms:
+            if view is not None and view.asked_ms > read_by_ms and self._serves(view, now):
                 max_age, cost = self.lock_view_max_age_ms, self._unfiltered_ms()
                 renew_at = max(max_age // 4, max_age - 2 * cost)
                 if cost >= SLOW_SHOW_LOCKS_MS and now - view.asked_ms > renew_at and not self._refreshing:
@@ -729,6 +730,14 @@ class CleanupHandler:
             view = LockView(self, now)
             self._view = view
             return view
+
+    def _serves(self, view: LockView, now_ms: int) -> bool:
+        """Whether ``view`` is young enough to answer a batch now. While its renewal is under way it
+        serves up to twice its age limit: under load a 10,000-lock renewal took 270 ms where 130 ms was
+        planned, and every batch then waited for a call of its own (p99 lateness 150-420 ms at 100,000
+        parked). An older list only answers "still held" more often, never "released" wrongly."""
+        age, max_age = now_ms - view.asked_ms, self.lock_view_max_age_ms
+        return age <= max_age or (self._refreshing and age <= 2 * max_age)
 
     def _refresh_lock_view(self) -> None:
         try:
@@ -796,11 +805,7 @@ class CleanupHandler:
     def has_lock_view(self, read_by_ms: int) -> bool:
         """Whether :meth:`lock_view` would answer without asking the metastore."""
         view = self._view
-        return (
-            view is not None
-            and view.asked_ms > read_by_ms
-            and self._now_ms() - view.asked_ms <= self.lock_view_max_age_ms
-        )
+        return view is not None and view.asked_ms > read_by_ms and self._serves(view, self._now_ms())
 
     def _now_ms(self) -> int:
         return int(self._clock.now().timestamp() * 1000)

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -115,6 +115,7 @@ class BundleSummary(msgspec.Struct, forbid_unknown_fields=True):
 _DECODER = msgspec.json.Decoder(WireBundle)
 _MEMBERS = msgspec.json.Decoder(list[WireMember])
 _KEYS = msgspec.json.Decoder(list[WireMemberKey])
+_Member = TypeVar("_Member", WireMember, WireMemberKey)
 _HEAD_DECODER = msgspec.json.Decoder(WireBundleHead)
 _SUMMARY = msgspec.json.Decoder(BundleSummary)
 _ENCODER = msgspec.json.Encoder()
@@ -425,12 +426,16 @@ class ReadBundle:
         """Its members as on the wire. Raises ``ValueError`` when they do not read."""
         wire: list[WireMember] | None = self.__dict__.get("_wire")
         if wire is None:
-            try:
-                wire = _MEMBERS.decode(self.member_bytes)
-            except (msgspec.ValidationError, msgspec.DecodeError) as error:
-                raise ValueError(f"the members of bundle {self.event_id} do not read: {error}") from error
+            wire = self._decode_members(_MEMBERS)
             self.__dict__["_wire"] = wire
         return wire
+
+    def _decode_members(self, decoder: msgspec.json.Decoder[list[_Member]]) -> list[_Member]:
+        """Its members' JSON array, decoded by ``decoder``. Raises ``ValueError`` when it does not read."""
+        try:
+            return decoder.decode(self.member_bytes)
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            raise ValueError(f"the members of bundle {self.event_id} do not read: {error}") from error
 
     @property
     def members(self) -> tuple[RawRecord, ...]:
@@ -468,10 +473,7 @@ class ReadBundle:
             if wire is not None:
                 keys = tuple(member.key for member in wire)
             else:
-                try:
-                    keys = tuple(member.key for member in _KEYS.decode(self.member_bytes))
-                except (msgspec.ValidationError, msgspec.DecodeError) as error:
-                    raise ValueError(f"the members of bundle {self.event_id} do not read: {error}") from error
+                keys = tuple(member.key for member in self._decode_members(_KEYS))
             self.__dict__["_keys"] = keys
         return keys
 

@@ -395,7 +395,10 @@ def test_a_paused_partition_keeps_at_most_held_per_partition_records_and_reads_t
     assert len(state.held) == 3 and state.seen_until == 3 and state.dropping
     assert handler.offsets(D, 0) == []
     assert state.committable() == 0
-    handled_delays = lambda: [offset for topic, _, offset, _, _ in handler.handled if topic == D]  # noqa: E731
+
+    def handled_delays() -> list[int]:
+        return [offset for topic, _, offset, _, _ in handler.handled if topic == D]
+
     for _ in range(100):
         if len(handled_delays()) >= 2:
             break
