@@ -661,17 +661,8 @@ def test_a_slow_lock_list_whose_renewal_is_late_keeps_serving_until_it_lands_but
     gets a new one, and once the renewal lands the batches take it."""
     rig = Rig()
     rig.handler.lock_call_costs.unfiltered_s = 0.2
-    max_age = rig.handler.lock_view_max_age_ms
-    answer, entered = threading.Event(), threading.Event()
-    ask = rig.metastore.show_locks
-
-    def slow_show_locks(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name == "lock-view":
-            entered.set()
-            assert answer.wait(10)
-        return ask(*args, **kwargs)
-
-    rig.metastore.show_locks = slow_show_locks  # type: ignore[method-assign]
+    assert rig.handler.lock_view_max_age_ms == 2000
+    answer, entered = hang_renewals(rig)
     read = rig.clock.now_ms() - 1
     first = rig.handler.batch(3, read).check
     first.all_locks()
@@ -694,9 +685,9 @@ def test_a_slow_lock_list_whose_renewal_is_late_keeps_serving_until_it_lands_but
     assert rig.metastore.calls["show_locks"] == asked + 2 and not rig.handler._refreshing
 
 
-def test_a_slow_lock_list_stops_serving_at_twice_its_age_even_while_its_renewal_hangs() -> None:
-    rig = Rig()
-    rig.handler.lock_call_costs.unfiltered_s = 0.2
+def hang_renewals(rig: Rig) -> tuple[threading.Event, threading.Event]:
+    """Make the background renewals of ``rig``'s lock list hang: until the first event is set, once
+    the second says one has started."""
     answer, entered = threading.Event(), threading.Event()
     ask = rig.metastore.show_locks
 
@@ -707,6 +698,13 @@ def test_a_slow_lock_list_stops_serving_at_twice_its_age_even_while_its_renewal_
         return ask(*args, **kwargs)
 
     rig.metastore.show_locks = hanging_show_locks  # type: ignore[method-assign]
+    return answer, entered
+
+
+def test_a_slow_lock_list_stops_serving_at_twice_its_age_even_while_its_renewal_hangs() -> None:
+    rig = Rig()
+    rig.handler.lock_call_costs.unfiltered_s = 0.2
+    answer, entered = hang_renewals(rig)
     read = rig.clock.now_ms() - 1
     first = rig.handler.lock_view(read)
     first.all_locks()
