@@ -782,3 +782,26 @@ class BundledLoopMachine(BatchedLoopMachine):
 
 BundledLoopMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_bundled_loop_histories_lose_nothing_and_never_run_early = BundledLoopMachine.TestCase
+
+
+class LateLockListRenewalMachine(BundledLoopMachine):
+    """The same histories with a slow lock list (thousands of locks: one list lives an interval) whose
+    renewal in the background is always under way and lands only when a rule says so: every list
+    serves up to twice its age limit, answering checks of records read long before it was asked,
+    while readers release and take locks meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        costs = self.rig.handler.lock_call_costs
+        costs.unfiltered_s = 0.2
+        costs.record = lambda unfiltered, seconds: None  # type: ignore[method-assign]
+        self.rig.handler._refreshing = True  # a renewal under way: the handler starts none of its own
+
+    @rule()
+    def the_late_renewal_lands(self) -> None:
+        self.rig.handler._refresh_lock_view()
+        self.rig.handler._refreshing = True
+
+
+LateLockListRenewalMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_late_lock_list_renewal_histories_lose_nothing_and_never_run_early = LateLockListRenewalMachine.TestCase
