@@ -25,7 +25,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -57,6 +57,21 @@ from acidclean.shared.settings import Settings
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
+
+
+def cleaner_consumer_config(kafka: Mapping[str, str], group_id: str, cleaner_id: str) -> dict[str, Any]:
+    """The cleaner's Kafka consumer settings: ``kafka`` (which wins) over the cleaner's defaults."""
+    config: dict[str, Any] = consumer_config(kafka, group_id)
+    config.setdefault("client.id", f"acidclean-cleaner-{cleaner_id}")
+    # librdkafka prefetches up to 64 MB per consumer by default: a backlog of waiting vacuums would fill it.
+    config.setdefault("queued.max.messages.kbytes", "16384")
+    # Once that queue is full, librdkafka waits fetch.queue.backoff.ms (1 s by default) before it
+    # fetches the partition again: with bundles of up to 512 KB it fills often, and a delay partition
+    # resumed meanwhile had its records read 100-440 ms after their due time.
+    config.setdefault("fetch.queue.backoff.ms", "20")
+    # A new vacuum or a resumed delay partition should not wait for a 500 ms fetch long-poll.
+    config.setdefault("fetch.wait.max.ms", "100")
+    return config
 
 
 @dataclass(frozen=True)
@@ -213,12 +228,7 @@ class CleanerProcess:
         return get
 
     def _consumer(self) -> ConsumerLike:
-        config: dict[str, Any] = consumer_config(self.settings.kafka, self.group_id)
-        config.setdefault("client.id", f"acidclean-cleaner-{self.cleaner_id}")
-        # librdkafka prefetches up to 64 MB per consumer by default: a backlog of waiting vacuums would fill it.
-        config.setdefault("queued.max.messages.kbytes", "16384")
-        # A new vacuum or a resumed delay partition should not wait for a 500 ms fetch long-poll.
-        config.setdefault("fetch.wait.max.ms", "100")
+        config = cleaner_consumer_config(self.settings.kafka, self.group_id, self.cleaner_id)
         config["on_commit"] = lambda error, partitions: self.loop.on_commit(error, partitions)
         config["logger"] = logging.getLogger("acidclean.kafka")  # librdkafka's own logs, as JSON lines
         try:
