@@ -71,7 +71,7 @@ class WaitingBundle:
         return self.read.summary
 
     @property
-    def records(self) -> bytes | None:
+    def records(self) -> bytes | memoryview | None:
         """Its members' bytes, when it has a summary."""
         return self.read.records
 

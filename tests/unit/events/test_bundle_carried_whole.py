@@ -48,6 +48,23 @@ def summarised(lock_ids: list[list[int]], carries_left: list[int]) -> ReadBundle
     return read
 
 
+def test_a_read_bundle_keeps_a_view_of_its_members_bytes_not_a_copy() -> None:
+    """A paused delay partition holds up to 16 MB of bundles: a copy of each one's members doubled that."""
+    read = summarised([[1, 2], [2, 3]], [5, 9])
+    assert isinstance(read.member_bytes, memoryview) and read.member_bytes.obj is read.source.value
+    assert read.summary is not None and [m.key for m in read.members] == [b"acme/sales.t0", b"acme/sales.t1"]
+
+
+@pytest.mark.parametrize("members", [b"[]", b" []\n"])
+def test_a_summarised_bundle_with_no_members_does_not_read(members: bytes) -> None:
+    value = summarised([[1]], [5]).source
+    cut = value.value.index(b',"records":') + len(b',"records":')
+    empty = RawRecord(
+        value.topic, value.partition, value.offset, value.key, value.value[:cut] + members + b"}", value.headers
+    )
+    assert unpack(empty) is None
+
+
 def test_a_bundle_whose_locks_are_all_listed_is_carried_on_with_the_same_member_bytes() -> None:
     read = summarised([[1, 2], [2, 3]], [5, 9])
     assert read.summary is not None and read.summary.lock_ids == [1, 2, 3]
