@@ -76,6 +76,10 @@ class WaitingBundle:
         return self.read.records
 
     @property
+    def compressed(self) -> bool:
+        return self.read.compressed
+
+    @property
     def carried(self) -> int:
         """Checks that carried it on whole since its members were written: each member's own
         ``unchanged.checks`` is that many behind."""

@@ -196,6 +196,7 @@ class HandlerConfig:
     # tables of one delay partition) once a batch has at least bundle_min of one partition.
     bundle_min: int = 8
     bundle_max: int = MAX_BUNDLE_RECORDS
+    bundle_compressed: bool = True  # bundles' members compressed (acidclean.shared.bus.bundle)
 
 
 @dataclass(frozen=True)
@@ -1126,6 +1127,7 @@ class CleanupHandler:
                 occurred_at=min(out.checked_at for out in packed_outs),
                 oldest_commit=min(out.oldest_commit for out in packed_outs),
                 max_records=max(1, self.config.bundle_max),
+                compressed=self.config.bundle_compressed,
             )
             start = 0
             for bundle in made:

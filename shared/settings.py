@@ -211,6 +211,13 @@ class Settings(BaseSettings):
         description="Waiting tables' delay records of one delay partition, carried on unread in one batch, "
         "that go on together in one bundle record (fewer go on alone).",
     )
+    cleanup_bundle_compression: Literal["zlib", "none"] = Field(
+        "zlib",
+        description="How bundle records carry their members: zlib (compressed, about a twelfth of the bytes to "
+        "produce, store, fetch and hold while vacuums wait) or none (plain JSON). Cleaners of every version read "
+        "plain bundles; only this version and later read compressed ones, so while a group is upgraded one "
+        "process at a time from an older version, set none until every process runs this one.",
+    )
     cleanup_waits_for_open_txns: bool = Field(
         True,
         description="Besides the lock snapshot, wait until every transaction open when the vacuum committed "

@@ -18,6 +18,14 @@ it is never early for any of them) and ``x-bundle`` the member count. Its value 
 
 Header values are written as Latin-1 text (one character per byte, so any bytes survive JSON).
 
+A compressed bundle (``schema_version`` 2, what the cleaner writes unless
+``cleanup_bundle_compression`` is ``none``) has the same fields, and ``"records_encoding":
+"zlib+base64"`` before ``records``, which is then one JSON string: the members' array above,
+compressed by zlib and written as base64. A waiting vacuum's JSON repeats its table's names and
+paths, so this is about a twelfth of the bytes to produce, store, fetch and hold while it waits. A
+reader older than it refuses such a bundle (its schema version), so a group upgraded one process at a
+time writes ``none`` until every process reads both.
+
 A bundle whose every member is a ``DelayedVacuums`` waiting on snapshot locks alone (each with its
 ``unchanged`` summary) also carries a summary of its own, in the ``x-bundle-unchanged`` header (a
 reader that does not know it unpacks the bundle as any other)::
@@ -27,7 +35,8 @@ reader that does not know it unpacks the bundle as any other)::
 the union of its members' summary locks, how many more checks may carry it on whole (the fewest any
 member has left before its entries must be read in full), how many checks carried it on whole since
 its members were written (each member's ``checks`` is that many behind) and its oldest vacuum's
-commit; ``records_crc`` is the CRC-32 of the members' JSON array as written (a bundle whose members
+commit; ``records_crc`` is the CRC-32 of the members' JSON array as written (of the base64 text, in
+a compressed bundle: it is checked without decompressing; a bundle whose members
 were changed since is checked member by member, where the models refuse what does not read). A check
 that finds every one of those locks listed carries the bundle on whole
 (:func:`carried_on`): the same member bytes, unread, in a bundle with a new id and due time caused by
@@ -36,6 +45,8 @@ this one (``causation_id``), ``carries_left`` one lower and ``carried`` one high
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 import zlib
 from collections.abc import Sequence
@@ -58,6 +69,10 @@ CAUSATION_HEADER = "causation_id"
 # A bundle must fit in one Kafka message (message.max.bytes is 1 MB by default).
 MAX_BUNDLE_BYTES = 512 * 1024
 MAX_BUNDLE_RECORDS = 1000
+COMPRESSED_ENCODING = "zlib+base64"
+# A compressed members' array that inflates past this is refused (a bundle is at most MAX_BUNDLE_BYTES
+# of members, give or take their headers: anything far larger is not one this product wrote).
+MAX_INFLATED_BYTES = 16 * MAX_BUNDLE_BYTES
 
 
 class WireMember(msgspec.Struct, forbid_unknown_fields=True):
@@ -80,15 +95,20 @@ class WireBundleHead(msgspec.Struct, forbid_unknown_fields=True):
     tenant: str
     occurred_at: str
     oldest_commit: str | None
+    records_encoding: str | None = None
 
 
-class WireBundle(msgspec.Struct, forbid_unknown_fields=True):
+class WireBundleEitherWay(msgspec.Struct, forbid_unknown_fields=True):
+    """A bundle read in full, compressed or not: its members' array (or their base64 text, as a JSON
+    string) kept as bytes until its encoding is known."""
+
     schema_version: int
     event_id: str
     tenant: str
     occurred_at: str
     oldest_commit: str | None
-    records: list[WireMember]
+    records: msgspec.Raw
+    records_encoding: str | None = None
 
 
 class WireBundleUnread(msgspec.Struct):
@@ -102,6 +122,18 @@ class WireBundleUnread(msgspec.Struct):
     records: msgspec.Raw
 
 
+class WireCompressedBundleUnread(msgspec.Struct):
+    """A compressed bundle on the wire, its members' base64 text (with its quotes) kept unread."""
+
+    schema_version: int
+    event_id: str
+    tenant: str
+    occurred_at: str
+    oldest_commit: str | None
+    records_encoding: str
+    records: msgspec.Raw
+
+
 class BundleSummary(msgspec.Struct, forbid_unknown_fields=True):
     """The ``x-bundle-unchanged`` header: see the module's doc."""
 
@@ -112,7 +144,8 @@ class BundleSummary(msgspec.Struct, forbid_unknown_fields=True):
     records_crc: int = 0
 
 
-_DECODER = msgspec.json.Decoder(WireBundle)
+_DECODER = msgspec.json.Decoder(WireBundleEitherWay)
+_TEXT = msgspec.json.Decoder(str)
 _MEMBERS = msgspec.json.Decoder(list[WireMember])
 _KEYS = msgspec.json.Decoder(list[WireMemberKey])
 _Member = TypeVar("_Member", WireMember, WireMemberKey)
@@ -145,6 +178,7 @@ class Bundle(PrebuiltRecord):
     occurred_at: datetime
     oldest_commit: datetime | None = None
     summary: BundleSummary | None = None  # when every member waits on snapshot locks alone
+    compressed: bool = False  # its members' array compressed (schema_version 2): see the module's doc
     event_type: str = BUNDLE_TYPE
 
     def outgoing(self, source: str) -> OutgoingRecord:
@@ -160,13 +194,15 @@ class Bundle(PrebuiltRecord):
                 for member in records
             ]
         )
+        if self.compressed:
+            members = compress_members(members)
         extra: list[tuple[str, bytes]] = []
         if dues:
             extra.append((DUE_AT, max(dues).to_bytes(8, "big", signed=True)))
         if self.summary is not None:
             summary = msgspec.structs.replace(self.summary, records_crc=zlib.crc32(members))
             extra.append((SUMMARY_HEADER, _ENCODER.encode(summary)))
-        return _bundle_record(self, members, len(self.members), source, extra)
+        return _bundle_record(self, members, len(self.members), source, extra, compressed=self.compressed)
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,12 +214,13 @@ class CarriedBundle(PrebuiltRecord):
     tenant: str
     partition: int
     previous: uuid.UUID
-    records: bytes | memoryview  # the members' JSON array, as read
+    records: bytes | memoryview  # the members' JSON array as read (its base64 text, when compressed)
     count: int
     occurred_at: datetime
     due_at_ms: int
     oldest_commit: datetime | None
     summary: BundleSummary
+    compressed: bool = False
     event_type: str = BUNDLE_TYPE
 
     def outgoing(self, source: str) -> OutgoingRecord:
@@ -192,7 +229,7 @@ class CarriedBundle(PrebuiltRecord):
             (DUE_AT, self.due_at_ms.to_bytes(8, "big", signed=True)),
             (SUMMARY_HEADER, _ENCODER.encode(self.summary)),
         ]
-        return _bundle_record(self, self.records, self.count, source, extra)
+        return _bundle_record(self, self.records, self.count, source, extra, compressed=self.compressed)
 
 
 class _BundleFields(Protocol):
@@ -214,24 +251,27 @@ def _bundle_record(
     count: int,
     source: str,
     extra: Sequence[tuple[str, bytes]],
+    *,
+    compressed: bool,
 ) -> OutgoingRecord:
-    """The record of a bundle whose members' JSON array is ``records``: its CloudEvents headers, then
-    ``extra`` (due time, summary, causation)."""
+    """The record of a bundle whose members' JSON array is ``records`` (its base64 text when
+    ``compressed``): its CloudEvents headers, then ``extra`` (due time, summary, causation)."""
     key = bundle_key(bundle.tenant)
-    wire = WireBundleUnread(
-        schema_version=1,
-        event_id=str(bundle.event_id),
-        tenant=bundle.tenant,
-        occurred_at=_iso(bundle.occurred_at),
-        oldest_commit=None if bundle.oldest_commit is None else _iso(bundle.oldest_commit),
-        records=msgspec.Raw(records),
-    )
+    event_id, occurred_at = str(bundle.event_id), _iso(bundle.occurred_at)
+    oldest_commit = None if bundle.oldest_commit is None else _iso(bundle.oldest_commit)
+    wire: WireBundleUnread | WireCompressedBundleUnread
+    if compressed:
+        wire = WireCompressedBundleUnread(
+            2, event_id, bundle.tenant, occurred_at, oldest_commit, COMPRESSED_ENCODING, msgspec.Raw(b'"%s"' % records)
+        )
+    else:
+        wire = WireBundleUnread(1, event_id, bundle.tenant, occurred_at, oldest_commit, msgspec.Raw(records))
     headers = (
         ("ce_specversion", b"1.0"),
-        ("ce_id", str(bundle.event_id).encode()),
+        ("ce_id", event_id.encode()),
         ("ce_source", source.encode("utf-8")),
         ("ce_type", BUNDLE_TYPE.encode()),
-        ("ce_time", _iso(bundle.occurred_at).encode()),
+        ("ce_time", occurred_at.encode()),
         ("ce_subject", key),
         ("content-type", b"application/json"),
         (COUNT_HEADER, str(count).encode()),
@@ -271,6 +311,8 @@ class CarriableBundle(Protocol):
     def summary(self) -> BundleSummary | None: ...
     @property
     def records(self) -> bytes | memoryview | None: ...
+    @property
+    def compressed(self) -> bool: ...
 
 
 def carried_on(
@@ -318,6 +360,7 @@ def carried_on(
             oldest_commit=summary.oldest_commit,
             records_crc=summary.records_crc,
         ),
+        compressed=bundle.compressed,
     )
 
 
@@ -361,10 +404,12 @@ def bundles_of(
     oldest_commit: datetime | None = None,
     max_records: int = MAX_BUNDLE_RECORDS,
     max_bytes: int = MAX_BUNDLE_BYTES,
+    compressed: bool = False,
 ) -> list[Bundle]:
     """``members`` in as few bundles as fit ``max_records`` and ``max_bytes`` each (a member larger than
-    ``max_bytes`` gets a bundle of its own). Ids are derived from ``source_id`` and each bundle's
-    members' ids, so a replay of the same check publishes the same ids."""
+    ``max_bytes`` gets a bundle of its own; the bytes are counted before any compression, so a bundle
+    fits a Kafka message however little its members compress). Ids are derived from ``source_id`` and
+    each bundle's members' ids, so a replay of the same check publishes the same ids."""
     chunks: list[list[EventBase]] = [[]]
     size = 0
     for member in members:
@@ -382,6 +427,7 @@ def bundles_of(
             members=tuple(chunk),
             occurred_at=occurred_at,
             oldest_commit=oldest_commit,
+            compressed=compressed,
         )
         for chunk in chunks
         if chunk
@@ -408,6 +454,9 @@ class ReadBundle:
     member_bytes: bytes | memoryview
     # Its x-bundle-unchanged header as read, before its CRC is checked (see summary).
     claimed_summary: BundleSummary | None = None
+    # Its members' array compressed (schema_version 2): member_bytes is then their base64 text,
+    # inflated each time they are read (never kept: a held bundle keeps the compressed bytes alone).
+    compressed: bool = False
 
     @property
     def summary(self) -> BundleSummary | None:
@@ -423,7 +472,8 @@ class ReadBundle:
 
     @property
     def records(self) -> bytes | memoryview | None:
-        """Its members' JSON array, when it has a summary (what a whole carry writes on)."""
+        """Its members' JSON array (their base64 text, when compressed), when it has a summary (what a
+        whole carry writes on)."""
         return self.member_bytes if self.summary is not None else None
 
     @property
@@ -438,8 +488,8 @@ class ReadBundle:
     def _decode_members(self, decoder: msgspec.json.Decoder[list[_Member]]) -> list[_Member]:
         """Its members' JSON array, decoded by ``decoder``. Raises ``ValueError`` when it does not read."""
         try:
-            return decoder.decode(self.member_bytes)
-        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            return decoder.decode(inflate_members(self.member_bytes) if self.compressed else self.member_bytes)
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as error:
             raise ValueError(f"the members of bundle {self.event_id} do not read: {error}") from error
 
     @property
@@ -513,25 +563,33 @@ def unpack(record: RawRecord) -> ReadBundle | None:
     claimed = _claimed_summary(headers.get(SUMMARY_HEADER))
     cut = _members_cut(record.value) if claimed is not None else None
     wire_members: list[WireMember] | None = None
-    head: WireBundleHead | WireBundle
+    head: WireBundleHead | WireBundleEitherWay
     try:
         if cut is not None:
             head = _HEAD_DECODER.decode(record.value[:cut] + b"}")
             member_bytes: bytes | memoryview = memoryview(record.value)[cut + len(_RECORDS_FIELD) : -1]
+            if head.records_encoding is not None:
+                member_bytes = _unquoted(member_bytes)
         else:
             claimed = None
             wire = _DECODER.decode(record.value)
-            head, wire_members, member_bytes = wire, wire.records, b""
+            head, member_bytes = wire, b""
+            if wire.records_encoding is None:
+                wire_members = _MEMBERS.decode(wire.records)
+            else:
+                member_bytes = _TEXT.decode(wire.records).encode("ascii")
+                wire_members = _MEMBERS.decode(inflate_members(member_bytes))
         event_id = uuid.UUID(head.event_id)
         occurred_at = _moment(head.occurred_at)
         oldest = None if head.oldest_commit is None else _moment(head.oldest_commit)
     except (msgspec.ValidationError, msgspec.DecodeError, ValueError):
         return None
-    if head.schema_version != 1 or record.key != bundle_key(head.tenant) or _no_members(member_bytes):
+    compressed = head.records_encoding is not None
+    if (head.schema_version, head.records_encoding) not in _KNOWN_LAYOUTS or record.key != bundle_key(head.tenant):
         return None
-    if headers.get("ce_id") != head.event_id.encode():
+    if headers.get("ce_id") != head.event_id.encode() or _no_members(member_bytes, compressed):
         return None
-    bundle = ReadBundle(event_id, head.tenant, occurred_at, oldest, record, member_bytes, claimed)
+    bundle = ReadBundle(event_id, head.tenant, occurred_at, oldest, record, member_bytes, claimed, compressed)
     if wire_members is not None:
         if not wire_members:
             return None
@@ -544,9 +602,56 @@ def unpack(record: RawRecord) -> ReadBundle | None:
     return bundle
 
 
-def _no_members(member_bytes: bytes | memoryview) -> bool:
+# (schema_version, records_encoding) of the bundles this reader reads.
+_KNOWN_LAYOUTS = {(1, None), (2, COMPRESSED_ENCODING)}
+
+
+def compress_members(members: bytes) -> bytes:
+    """A members' JSON array as a compressed bundle carries it: zlib (its fastest level: a bundle is
+    written again each time its members change), then base64."""
+    return base64.b64encode(zlib.compress(members, 1))
+
+
+def inflate_members(text: bytes | memoryview) -> bytes:
+    """The members' JSON array of a compressed bundle's base64 text. Raises ``ValueError`` when it is
+    not base64 of one whole zlib stream, or inflates past ``MAX_INFLATED_BYTES``."""
+    try:
+        packed = base64.b64decode(text, validate=True)
+    except binascii.Error as error:
+        raise ValueError(f"its members are not base64 text: {error}") from error
+    inflater = zlib.decompressobj()
+    try:
+        members = inflater.decompress(packed, MAX_INFLATED_BYTES)
+    except zlib.error as error:
+        raise ValueError(f"its members do not inflate: {error}") from error
+    if inflater.unconsumed_tail:
+        raise ValueError(f"its members inflate past {MAX_INFLATED_BYTES:,} bytes: not a bundle this product wrote")
+    if not inflater.eof or inflater.unused_data:
+        raise ValueError("its members are not one whole zlib stream")
+    return members
+
+
+def _unquoted(text: bytes | memoryview) -> bytes | memoryview:
+    """The base64 text of a compressed bundle's members, as cut out of its value with its quotes."""
+    if len(text) < 2 or text[0] != _QUOTE or text[-1] != _QUOTE:
+        raise ValueError("the members of a compressed bundle are not one JSON string")
+    return text[1:-1]
+
+
+_QUOTE = ord('"')
+
+
+def _no_members(member_bytes: bytes | memoryview, compressed: bool) -> bool:
     """Whether a members' array as read is empty (``[]``, maybe with white space)."""
-    return len(member_bytes) < 64 and bytes(member_bytes).strip() == b"[]"
+    if len(member_bytes) >= 64:
+        return False
+    text = bytes(member_bytes)
+    if compressed:
+        try:
+            text = inflate_members(text)
+        except ValueError:
+            return False  # refused whole when its members are read
+    return text.strip() == b"[]"
 
 
 def _claimed_summary(header: bytes | None) -> BundleSummary | None:

@@ -328,6 +328,7 @@ class Rig:
     # have; the tests of forged events turn it off.
     mark_vacuum_output: bool = True
     bundle_min: int = 8  # HandlerConfig.bundle_min: waiting tables of one partition a bundle needs
+    bundle_compressed: bool = True  # HandlerConfig.bundle_compressed
 
     def __post_init__(self) -> None:
         self.handler = CleanupHandler(
@@ -339,6 +340,7 @@ class Rig:
                 topics=TOPICS,
                 dry_run=self.dry_run,
                 bundle_min=self.bundle_min,
+                bundle_compressed=self.bundle_compressed,
             ),
             metastore=lambda: self.metastore,
             bus=lambda: self.bus,

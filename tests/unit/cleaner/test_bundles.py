@@ -34,6 +34,8 @@ from acidclean.shared.bus.bundle import (
     BundleSummary,
     bundle_key,
     bundles_of,
+    compress_members,
+    inflate_members,
     is_bundle,
     unpack,
 )
@@ -129,8 +131,30 @@ def encode_back(record: RawRecord) -> object:
     return decode(record, rejected_by="test", tenant="acme")
 
 
-def bundled_rig() -> Rig:
-    return Rig(bundle_min=2)
+def bundled_rig(compressed: bool = True) -> Rig:
+    return Rig(bundle_min=2, bundle_compressed=compressed)
+
+
+RECORDS_FIELD = b',"records":'
+
+
+def members_text(record: RawRecord) -> bytes:
+    """A bundle's members' JSON array, inflated when the bundle is compressed."""
+    value = record.value or b""
+    cut = value.index(RECORDS_FIELD)
+    written = value[cut + len(RECORDS_FIELD) : -1]
+    return inflate_members(written[1:-1]) if b'"records_encoding"' in value[:cut] else written
+
+
+def with_members(record: RawRecord, members: bytes) -> tuple[bytes, bytes]:
+    """``record``'s value with ``members`` as its members' JSON array, laid out as ``record`` lays out
+    its own (compressed or not), and the members' bytes as written (what its CRC is taken over)."""
+    value = record.value or b""
+    cut = value.index(RECORDS_FIELD) + len(RECORDS_FIELD)
+    if b'"records_encoding"' in value[:cut]:
+        text = compress_members(members)
+        return value[:cut] + b'"' + text + b'"}', text
+    return value[:cut] + members + b"}", members
 
 
 def test_waiting_tables_of_one_partition_go_on_in_one_bundle_and_are_carried_on_unread() -> None:
@@ -318,23 +342,23 @@ def test_a_record_that_says_it_is_a_bundle_but_does_not_read_as_one_is_dead_lett
     ],
     ids=["not-json", "key-not-text", "no-value", "header-not-latin-1"],
 )
+@pytest.mark.parametrize("compressed", [True, False], ids=["compressed", "plain"])
 def test_a_summarised_bundle_whose_members_do_not_read_is_dead_lettered_whole_within_its_carries(
-    members: bytes, carries: int
+    members: bytes, carries: int, compressed: bool
 ) -> None:
     """A bundle with a summary is read lazily: its keys when it is checked, its members only when a
     check needs them. Members that do not read, even under a matching CRC, are refused with the raw
     bytes: at the first check when their keys do not read, else once its summary allows no more carries
     (a forged summary only ever delays; nothing is cleaned, and the loop goes on)."""
-    rig = bundled_rig()
+    rig = bundled_rig(compressed)
     consumer, loop, seen, _ids = started(rig)
     cycle(loop, rig, consumer, seen, 3)
     good = bundles(rig)[-1]
     summary = dict(good.headers).get(SUMMARY_HEADER)
     assert summary is not None  # the loop wrote a summary: the forged bundle keeps one that matches
-    cut = good.value.index(b',"records":') + len(b',"records":')
-    value = good.value[:cut] + members + b"}"
+    value, written = with_members(good, members)
     claimed = msgspec.json.decode(summary, type=BundleSummary)
-    forged = msgspec.structs.replace(claimed, carries_left=carries, records_crc=zlib.crc32(members))
+    forged = msgspec.structs.replace(claimed, carries_left=carries, records_crc=zlib.crc32(written))
     headers = tuple(
         (name, msgspec.json.encode(forged) if name == SUMMARY_HEADER else data) for name, data in good.headers
     )
@@ -347,8 +371,8 @@ def test_a_summarised_bundle_whose_members_do_not_read_is_dead_lettered_whole_wi
     cycle(loop, rig, consumer, seen, carries + 2)
     rejected = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
     assert [(r.rejected_event_type, r.reason_code) for r in rejected] == [(BUNDLE_TYPE, "invalid_event")]
-    assert rejected[0].source.value_b64 is not None and members in base64.b64decode(rejected[0].source.value_b64)
-    assert len([record for record in bundles(rig)[before:] if members in record.value]) == carries
+    assert rejected[0].source.value_b64 is not None and written in base64.b64decode(rejected[0].source.value_b64)
+    assert len([record for record in bundles(rig)[before:] if written in record.value]) == carries
     assert consumer.committed[(D, 0)] == len(consumer.logs[(D, 0)])
     assert rig.fs.deleted == []
 
@@ -458,18 +482,19 @@ def test_a_bundle_read_again_after_its_check_was_acknowledged_is_not_carried_on_
     assert sorted(g.table for g in last) == [f"sales.t{i}" for i in range(TABLES)]
 
 
-def test_a_bundle_member_whose_key_is_another_tables_is_never_carried_on_but_checked_in_full() -> None:
-    rig = bundled_rig()
+@pytest.mark.parametrize("compressed", [True, False], ids=["compressed", "plain"])
+def test_a_bundle_member_whose_key_is_another_tables_is_never_carried_on_but_checked_in_full(compressed: bool) -> None:
+    rig = bundled_rig(compressed)
     consumer, loop, seen, _ids = started(rig)
     cycle(loop, rig, consumer, seen, 3)
     good = bundles(rig)[-1]
-    body = json.loads(good.value or b"")
-    body["records"][0]["key"] = "acme/sales.t5"  # a record of sales.t0 under sales.t5's key
-    if json.loads(json.dumps(body["records"][0]["value"]))["table"] == "sales.t5":
-        body["records"][0]["key"] = "acme/sales.t4"
+    records = json.loads(members_text(good))
+    records[0]["key"] = "acme/sales.t5"  # a record of sales.t0 under sales.t5's key
+    if records[0]["value"]["table"] == "sales.t5":
+        records[0]["key"] = "acme/sales.t4"
     log = consumer.logs[(D, 0)]
     assert log[-1].value == good.value
-    log[-1] = RawRecord(D, 0, len(log) - 1, good.key, json.dumps(body).encode(), good.headers)
+    log[-1] = RawRecord(D, 0, len(log) - 1, good.key, with_members(good, json.dumps(records).encode())[0], good.headers)
     cycle(loop, rig, consumer, seen, 2)
     rejected = [e for e in rig.published(TOPICS.dead_letter) if isinstance(e, CleanupRejected)]
     assert len(rejected) == 1 and rejected[0].rejected_event_type == DelayedVacuums.event_type
