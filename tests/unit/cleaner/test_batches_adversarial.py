@@ -805,3 +805,19 @@ class LateLockListRenewalMachine(BundledLoopMachine):
 
 LateLockListRenewalMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_late_lock_list_renewal_histories_lose_nothing_and_never_run_early = LateLockListRenewalMachine.TestCase
+
+
+class MixedBundleLayoutsMachine(BundledLoopMachine):
+    """The same histories while the group is upgraded one process at a time: the bundles on the delay
+    topic are compressed or plain JSON as the writer's ``cleanup_bundle_compression`` says when it
+    writes them, and the setting changes whenever a rule says so, so bundles of both layouts are
+    checked, carried on whole (each in its own layout), replayed and spilled side by side."""
+
+    @rule()
+    def the_bundle_layout_changes(self) -> None:
+        handler = self.rig.handler
+        handler.config = dataclasses.replace(handler.config, bundle_compressed=not handler.config.bundle_compressed)
+
+
+MixedBundleLayoutsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_mixed_bundle_layout_histories_lose_nothing_and_never_run_early = MixedBundleLayoutsMachine.TestCase
