@@ -102,6 +102,7 @@ def cleaner(
         crash_points=crash_points_from_env(),
         batch_tables=batch_tables,
         tune_gc=True,
+        release_memory=True,
     )
     process = CleanerProcess(settings, options)
     process.run()
