@@ -20,11 +20,15 @@ import ctypes
 import ctypes.util
 import logging
 import threading
+import time
 from collections.abc import Callable
+
+from acidclean.shared.logs import log
 
 LOGGER = logging.getLogger("acidclean.memory")
 
 RELEASE_EVERY_S = 10.0
+SLOW_RELEASE_S = 0.1  # a release slower than this is logged: other threads' allocations waited for it
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -57,10 +61,11 @@ class MemoryReleaser:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-release", daemon=True)
         self.releases = 0
+        self.slowest_s = 0.0
 
     def start(self) -> MemoryReleaser:
         if _TRIM is None:
-            LOGGER.info("the C library has no malloc_trim: freed memory stays with the process until reused")
+            log(LOGGER, logging.INFO, "no malloc_trim in the C library: freed memory stays until reused")
             return self
         self._thread.start()
         return self
@@ -72,5 +77,10 @@ class MemoryReleaser:
 
     def _run(self) -> None:
         while not self._stopped.wait(self._every_s):
+            started = time.perf_counter()
             release_free_memory()
+            took = time.perf_counter() - started
             self.releases += 1
+            self.slowest_s = max(self.slowest_s, took)
+            if took > SLOW_RELEASE_S:
+                log(LOGGER, logging.INFO, "giving freed memory back to the system was slow", took_ms=round(took * 1000))

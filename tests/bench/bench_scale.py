@@ -82,6 +82,11 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def utc_clock(moment: float) -> str:
+    """A time of day as the cleaners' log lines give it (their ``ts``), to find a window in them."""
+    return datetime.fromtimestamp(moment, timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -358,7 +363,8 @@ def measure(
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
         f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made / WINDOW_INTERVALS:.1f}; "
-        f"steady {settled_s:.0f} s after publishing; CPU {cpu.summary()}"
+        f"steady {settled_s:.0f} s after publishing; CPU {cpu.summary()}; "
+        f"window {utc_clock(start)}-{utc_clock(end)} UTC"
     )
     assert early == [], early[:5]
     return percentile(samples, 0.99), rss

@@ -405,11 +405,13 @@ def test_bundles_are_cut_to_their_record_and_byte_limits_and_read_back_byte_for_
     )
 
 
-def test_the_audit_reads_a_bundles_members_as_if_each_had_been_published_alone() -> None:
-    rig = bundled_rig()
+@pytest.mark.parametrize("compressed", [True, False], ids=["compressed", "plain"])
+def test_the_audit_reads_a_bundles_members_as_if_each_had_been_published_alone(compressed: bool) -> None:
+    rig = bundled_rig(compressed)
     consumer, loop, seen, ids = started(rig)
     cycle(loop, rig, consumer, seen, 4)
     assert len(bundles(rig)) >= 2
+    assert all((b'"records_encoding"' in record.value) == compressed for record in bundles(rig))
     records = rig.bus.records[D]
     settings = Settings()
     read = list(FastDecoder(settings).records(records))
