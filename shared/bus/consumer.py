@@ -1,7 +1,13 @@
 """Consumer-side helpers: at-least-once settings and offsets stored only after the outcome is acked.
 
 A cleaner consumes with ``enable.auto.commit=false`` and ``enable.auto.offset.store=false`` and
-``cooperative-sticky`` assignment. For each record it publishes an outcome (``CleanupDone``, a delay
+incremental rebalances: ``cooperative-sticky`` assignment in Kafka's classic group protocol, or, with
+``group.protocol=consumer`` (Kafka 4.0 and later, KIP-848), the broker's ``range`` assignor unless
+``group.remote.assignor`` says otherwise. The classic assignor balances the count of partitions, not
+each topic's: a process that joins a running one may get every delay partition while the other keeps
+every vacuum partition. The broker's range assignor gives each process the same partition numbers of
+every topic (co-partitioning), so a table's fresh vacuums and its waiting records, whose keys hash to
+the same partition number, stay in one process. For each record it publishes an outcome (``CleanupDone``, a delay
 envelope or a dead letter); only when the broker acknowledged that outcome may the record's offset
 be stored and committed. Records may finish out of order (several threads), so
 :class:`OffsetLedger` tracks, per partition, the offset below which every record is done: that is
@@ -22,8 +28,11 @@ from acidclean.shared.errors import BusError, ConfigurationError
 REQUIRED_CONSUMER_SETTINGS = {
     "enable.auto.commit": "false",
     "enable.auto.offset.store": "false",
-    "partition.assignment.strategy": "cooperative-sticky",
 }
+CLASSIC_ASSIGNMENT = ("partition.assignment.strategy", "cooperative-sticky")
+# Kafka's consumer group protocol (KIP-848): the broker assigns, always incrementally.
+CONSUMER_PROTOCOL = "consumer"
+BROKER_ASSIGNOR_DEFAULT = ("group.remote.assignor", "range")
 
 Partition = tuple[str, int]
 
@@ -41,6 +50,23 @@ def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
             raise ConfigurationError(
                 f"Kafka setting {name}={given} conflicts with acidclean, which stores and commits an "
                 f"offset only after its outcome is acknowledged (needs {name}={required}): remove it"
+            )
+        config[name] = required
+    if config.get("group.protocol", "classic").lower() == CONSUMER_PROTOCOL:
+        if "partition.assignment.strategy" in config:
+            raise ConfigurationError(
+                "Kafka setting partition.assignment.strategy belongs to the classic group protocol; with "
+                "group.protocol=consumer the broker assigns partitions: remove it (group.remote.assignor "
+                "names the broker's assignor, range by default here)"
+            )
+        config.setdefault(*BROKER_ASSIGNOR_DEFAULT)
+    else:
+        name, required = CLASSIC_ASSIGNMENT
+        given = config.get(name)
+        if given is not None and given.lower() != required:
+            raise ConfigurationError(
+                f"Kafka setting {name}={given} conflicts with acidclean, whose consumers rebalance "
+                f"incrementally (needs {name}={required}, or group.protocol=consumer on Kafka 4.0+): remove it"
             )
         config[name] = required
     config["group.id"] = group_id

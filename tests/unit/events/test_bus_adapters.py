@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from acidclean.shared.bus.consumer import OffsetLedger, commit_stored, consumer_config, store_offsets
 from acidclean.shared.bus.memory import InMemoryBus
@@ -188,10 +188,35 @@ def test_consumer_settings_store_offsets_by_hand_and_assign_cooperatively() -> N
     assert consumer_config({**KAFKA, "auto.offset.reset": "latest"}, "g")["auto.offset.reset"] == "latest"
 
 
-@pytest.mark.parametrize("setting", [{"enable.auto.commit": "true"}, {"partition.assignment.strategy": "range"}])
+@pytest.mark.parametrize("setting", [{"enable.auto.commit": "true"}, {"enable.auto.offset.store": "true"}])
 def test_consumer_settings_that_break_at_least_once_are_refused(setting: dict[str, str]) -> None:
     with pytest.raises(ConfigurationError, match="only after its outcome is acknowledged"):
         consumer_config({**KAFKA, **setting}, "g")
+    with pytest.raises(ConfigurationError, match="only after its outcome is acknowledged"):
+        consumer_config({**KAFKA, **setting, "group.protocol": "consumer"}, "g")
+
+
+def test_an_eager_classic_assignment_is_refused_with_what_to_use_instead() -> None:
+    with pytest.raises(ConfigurationError, match=r"cooperative-sticky, or group\.protocol=consumer"):
+        consumer_config({**KAFKA, "partition.assignment.strategy": "range"}, "g")
+
+
+def test_with_kafkas_consumer_group_protocol_the_broker_assigns_co_partitioned_ranges_by_default() -> None:
+    config = consumer_config({**KAFKA, "group.protocol": "CONSUMER"}, "cleaner")
+    assert "partition.assignment.strategy" not in config
+    assert config["group.remote.assignor"] == "range"
+    assert config["enable.auto.commit"] == "false" and config["enable.auto.offset.store"] == "false"
+    mine = consumer_config({**KAFKA, "group.protocol": "consumer", "group.remote.assignor": "uniform"}, "g")
+    assert mine["group.remote.assignor"] == "uniform"
+    local = consumer_config({"bootstrap.servers": "127.0.0.1:1", "group.protocol": "consumer"}, "g")
+    Consumer(local).close()  # the linked librdkafka takes the protocol and the assignor
+
+
+def test_a_classic_assignment_strategy_under_the_consumer_protocol_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="the broker assigns partitions: remove it"):
+        consumer_config(
+            {**KAFKA, "group.protocol": "consumer", "partition.assignment.strategy": "cooperative-sticky"}, "g"
+        )
 
 
 def test_reader_settings_never_commit_and_report_the_end_of_partitions() -> None:
