@@ -45,13 +45,7 @@ def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
     """
     config = {str(key): str(value) for key, value in kafka.items()}
     for name, required in REQUIRED_CONSUMER_SETTINGS.items():
-        given = config.get(name)
-        if given is not None and given.lower() != required:
-            raise ConfigurationError(
-                f"Kafka setting {name}={given} conflicts with acidclean, which stores and commits an "
-                f"offset only after its outcome is acknowledged (needs {name}={required}): remove it"
-            )
-        config[name] = required
+        _require(config, name, required, "which stores and commits an offset only after its outcome is acknowledged")
     if config.get("group.protocol", "classic").lower() == CONSUMER_PROTOCOL:
         if "partition.assignment.strategy" in config:
             raise ConfigurationError(
@@ -62,16 +56,24 @@ def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
         config.setdefault(*BROKER_ASSIGNOR_DEFAULT)
     else:
         name, required = CLASSIC_ASSIGNMENT
-        given = config.get(name)
-        if given is not None and given.lower() != required:
-            raise ConfigurationError(
-                f"Kafka setting {name}={given} conflicts with acidclean, whose consumers rebalance "
-                f"incrementally (needs {name}={required}, or group.protocol=consumer on Kafka 4.0+): remove it"
-            )
-        config[name] = required
+        _require(
+            config, name, required, "whose consumers rebalance incrementally", "group.protocol=consumer on Kafka 4.0+"
+        )
     config["group.id"] = group_id
     config.setdefault("auto.offset.reset", "earliest")
     return config
+
+
+def _require(config: dict[str, str], name: str, required: str, why: str, instead: str | None = None) -> None:
+    """Set ``name`` to ``required`` in ``config``; refuse another value the user gave, saying ``why``."""
+    given = config.get(name)
+    if given is not None and given.lower() != required:
+        alternative = "" if instead is None else f", or {instead}"
+        raise ConfigurationError(
+            f"Kafka setting {name}={given} conflicts with acidclean, {why} (needs {name}={required}{alternative}): "
+            "remove it"
+        )
+    config[name] = required
 
 
 def make_consumer(kafka: Mapping[str, str], group_id: str) -> Consumer:

@@ -8,7 +8,7 @@ import base64
 import json
 import uuid
 import zlib
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 import msgspec
 import pytest
@@ -32,15 +32,11 @@ from acidclean.shared.bus.records import OutgoingRecord, RawRecord
 from acidclean.shared.settings import Settings
 
 from .factories import delay, vacuum
+from .test_bundle_carried_whole import NOW, as_read
 
 pytestmark = [pytest.mark.rule1]
 
-NOW = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 RECORDS_FIELD = b',"records":'
-
-
-def as_read(record: OutgoingRecord, offset: int = 7) -> RawRecord:
-    return RawRecord("acme.delay", record.partition or 0, offset, record.key, record.value, record.headers)
 
 
 def members(count: int) -> tuple[DelayEnvelope, ...]:
