@@ -17,7 +17,6 @@ nothing there and says so.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import threading
 import time
@@ -32,11 +31,10 @@ SLOW_RELEASE_S = 0.1  # a release slower than this is logged: other threads' all
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """glibc's malloc_trim, looked up among the symbols the process already has (the C library is
+    loaded: no search of the system's libraries at import), or None."""
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(name).malloc_trim
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     return trim
@@ -61,7 +59,6 @@ class MemoryReleaser:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-release", daemon=True)
         self.releases = 0
-        self.slowest_s = 0.0
 
     def start(self) -> MemoryReleaser:
         if _TRIM is None:
@@ -81,6 +78,5 @@ class MemoryReleaser:
             release_free_memory()
             took = time.perf_counter() - started
             self.releases += 1
-            self.slowest_s = max(self.slowest_s, took)
             if took > SLOW_RELEASE_S:
                 log(LOGGER, logging.INFO, "giving freed memory back to the system was slow", took_ms=round(took * 1000))
