@@ -5,15 +5,15 @@ due at its ``x-due-at``. The loop never sleeps: it polls with a timeout set by t
 head (never longer than half a second, far below ``max.poll.interval.ms``), waking on the first
 record that arrives.
 
-Delay records. When a partition's next record is not yet due, only that partition is paused and
-seeked back to that record, so the consumer position never runs past a record that is not done. The
-records already fetched for it are held in memory (they are checked the moment they are due instead
-of after a re-fetch); after the resume the re-fetched copies are skipped by offset. At most
-``held_per_partition`` are kept: the records after them are left unread (not decoded, not counted as
-seen) and fetched again after the resume, so memory does not grow with the number of waiting
-vacuums. Likewise, once ``max_queued`` records are handed over and not finished (a cleaner that cannot
-keep up, counting those queued in the lanes and those running), a partition is paused at its next
-record and resumed when half of them are finished.
+Delay records. When a partition's next record is not yet due, it is held in memory, and so are the
+records fetched after it: the fetch goes on, so the records written while the head waits are in hand
+when they come due (they are checked the moment they are due instead of one fetch later). The
+committed offset never passes a held record. At most ``held_per_partition`` records (and
+``held_bytes``) are kept: then the partition is paused, the records after them are left unread (not
+decoded, not counted as seen) and fetched again once half the read-ahead is free, so memory does not
+grow with the number of waiting vacuums. Likewise, once ``max_queued`` records are handed over and
+not finished (a cleaner that cannot keep up, counting those queued in the lanes and those running), a
+partition is paused at its next record and resumed when half of them are finished.
 Nothing is handed over before its due time.
 
 Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
@@ -458,12 +458,13 @@ class CleanerLoop:
         )
 
     def _hold(self, partition: Partition, state: PartitionState, work: Work) -> None:
-        topic, number = partition
-        # Pause first, then seek: a seek immediately followed by a pause may be lost (librdkafka < 1.9).
-        self.consumer.pause([TopicPartition(topic, number)])
-        self.consumer.seek(TopicPartition(topic, number, work.offset))
+        """The partition's next record is not yet due: keep it, and go on fetching the records after it
+        (held too, up to the read-ahead), so the records written while this one waits are in hand when
+        they come due. Pausing here stopped the fetch: the records written meanwhile were fetched only
+        after the resume, up to a fetch long-poll after their due time."""
         _keep_held(state, work)
         state.paused_until_ms = work.due_ms
+        state.reading_ahead = True
         self._note_pending(work)
 
     def _hand_over(self, partition: Partition, state: PartitionState, work: Work, now: int) -> None:
@@ -643,8 +644,11 @@ class CleanerLoop:
                     self.consumer.seek(TopicPartition(*partition, state.seen_until))
                     self.consumer.resume([TopicPartition(*partition)])
             else:
+                fetching = state.reading_ahead and not state.dropping
                 state.paused_until_ms = None
                 state.dropping = state.reading_ahead = False
+                if fetching:
+                    continue  # never paused, nothing skipped: the fetch goes on where it is
                 if state.seen_until is not None:
                     # Every record before seen_until was handed over: fetch from the first one not read,
                     # not again from the held head (re-fetched copies were 40% of what a cleaner with

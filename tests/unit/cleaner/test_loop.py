@@ -120,7 +120,7 @@ def run(loop: CleanerLoop, steps: int = 10) -> None:
         loop.step()
 
 
-def test_not_due_record_pauses_only_its_own_partition(
+def test_not_due_record_holds_only_its_own_partition(
     consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
 ) -> None:
     loop = make_loop(consumer, handler, clock)
@@ -130,8 +130,34 @@ def test_not_due_record_pauses_only_its_own_partition(
     run(loop, 3)
     assert handler.offsets(D, 1) == [0] and handler.offsets(V, 0) == [0]
     assert handler.offsets(D, 0) == []
-    assert consumer.paused == {(D, 0)} and consumer.seeks == [(D, 0, 0)]
+    assert [work.offset for work in loop.states[(D, 0)].held] == [0]
     assert loop.paused_count() == 1.0
+    # Held, not paused: the partition's fetch goes on, so nothing is fetched twice.
+    assert consumer.paused == set() and consumer.seeks == []
+
+
+def test_records_written_while_a_head_waits_are_in_hand_at_their_due_time_without_a_refetch(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    """A delay partition whose head is not yet due keeps fetching: the records written after the head
+    (due after it) are read before they are due, so each is handed over at its due time, not one fetch
+    after the head's. Nothing is handed over early, and each record is fetched once."""
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 1.0, partition="ds=0"))
+    run(loop, 2)
+    for number in range(1, 5):  # written while the head waits, each due a little later
+        clock.advance(0.1)
+        consumer.append(D, 0, envelope(clock, 1.0, partition=f"ds={number}"))
+        run(loop, 1)
+    state = loop.states[(D, 0)]
+    assert [work.offset for work in state.held] == [0, 1, 2, 3, 4] and handler.offsets(D, 0) == []
+    run(loop, 400)
+    handled = [(offset, at, due) for topic, _, offset, at, due in handler.handled if topic == D]
+    assert [offset for offset, _, _ in handled] == [0, 1, 2, 3, 4]
+    assert all(0 <= at - due < 60 for _, at, due in handled), handled  # never early, none a fetch late
+    assert [consumer.deliveries[(D, 0, offset)] for offset in range(5)] == [1] * 5
+    assert consumer.paused == set() and consumer.seeks == [] and not state.reading_ahead
+    assert consumer.committed[(D, 0)] == 5
 
 
 def test_nothing_is_handed_over_before_its_due_time_and_everything_is_eventually(
@@ -244,7 +270,7 @@ def test_revoke_while_paused_drops_the_pause_and_commits_nothing_afterwards(
     loop = make_loop(consumer, handler, clock)
     consumer.append(D, 0, envelope(clock, 5))
     run(loop, 2)
-    assert (D, 0) in consumer.paused
+    assert loop.paused_count() == 1.0
     consumer.rebalance_revoke([(D, 0)])
     assert (D, 0) not in loop.states and loop.paused_count() == 0
     run(loop, 50)  # the fake consumer refuses any commit for a partition it does not own
