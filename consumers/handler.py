@@ -54,7 +54,7 @@ from acidclean.consumers.rules.readiness import (
     table_locks,
 )
 from acidclean.consumers.rules.verdicts import NotYet, Refusal
-from acidclean.consumers.scheduling import delay_envelope, next_due, vacuum_of
+from acidclean.consumers.scheduling import delay_envelope, next_due, runs_due_together, vacuum_of
 from acidclean.consumers.waiting import (
     EntryFacts,
     GroupOut,
@@ -1115,25 +1115,28 @@ class CleanupHandler:
         from_bundles = {check.partition for check in checks if check.carried or check.absorbed}
         bundles: list[tuple[Bundle, list[_DelayOut]]] = []
         for partition, by_id in by_partition.items():
-            packed_outs = list(by_id.values())
-            if len(packed_outs) < max(1, self.config.bundle_min) and partition not in from_bundles:
-                alone.extend(packed_outs)
+            partition_outs = list(by_id.values())
+            if len(partition_outs) < max(1, self.config.bundle_min) and partition not in from_bundles:
+                alone.extend(partition_outs)
                 continue
-            made = bundles_of(
-                [out.event for out in packed_outs],
-                tenant=self.config.tenant,
-                partition=partition,
-                source_id=packed_outs[0].event.event_id,
-                occurred_at=min(out.checked_at for out in packed_outs),
-                oldest_commit=min(out.oldest_commit for out in packed_outs),
-                max_records=max(1, self.config.bundle_max),
-                compressed=self.config.bundle_compressed,
-            )
-            start = 0
-            for bundle in made:
-                chunk = packed_outs[start : start + len(bundle.members)]
-                bundles.append((dataclasses.replace(bundle, summary=_summary_of(chunk)), chunk))
-                start += len(bundle.members)
+            # A bundle is due when its last member is: one per run of records due together, so the
+            # records of a batch are not all due (and checked next) when its last checked one is.
+            for packed_outs in runs_due_together(partition_outs, lambda out: due_at_ms(out.event.due_at)):
+                made = bundles_of(
+                    [out.event for out in packed_outs],
+                    tenant=self.config.tenant,
+                    partition=partition,
+                    source_id=packed_outs[0].event.event_id,
+                    occurred_at=min(out.checked_at for out in packed_outs),
+                    oldest_commit=min(out.oldest_commit for out in packed_outs),
+                    max_records=max(1, self.config.bundle_max),
+                    compressed=self.config.bundle_compressed,
+                )
+                start = 0
+                for bundle in made:
+                    chunk = packed_outs[start : start + len(bundle.members)]
+                    bundles.append((dataclasses.replace(bundle, summary=_summary_of(chunk)), chunk))
+                    start += len(bundle.members)
         return alone, bundles
 
     def _publish_isolating(self, items: Sequence[tuple[str, EventBase | PrebuiltRecord]]) -> dict[str, BusError]:

@@ -11,7 +11,9 @@ Pure functions of the clock value they are given.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.schemas.common import derived_event_id
@@ -26,6 +28,8 @@ from acidclean.shared.bus.codec import fit_field
 # within milliseconds) and bound what a bad record can cost its partition to a few intervals.
 # Clamping early is never unsafe: a due time only says when to ask again, and the re-check asks the
 # metastore (the lock snapshot decides), so the worst an early check costs is one show_locks.
+T = TypeVar("T")
+
 MAX_DUE_AHEAD_INTERVALS = 3
 # The poll loop never blocks longer than this, far below max.poll.interval.ms (300 s by default), so
 # a paused partition never costs the process its group membership.
@@ -120,3 +124,28 @@ def poll_timeout_s(now_ms: int, next_due_ms: int | None, *, busy: bool) -> float
     if next_due_ms is None:
         return cap
     return max(0.0, min(cap, (next_due_ms - now_ms) / 1000))
+
+
+# Records due further apart than this are not written in one bundle (see runs_due_together).
+BUNDLE_DUE_SPREAD_MS = 10
+
+
+def runs_due_together(
+    items: Sequence[T], due_ms: Callable[[T], int], spread_ms: int = BUNDLE_DUE_SPREAD_MS
+) -> list[list[T]]:
+    """``items`` in due order, cut into runs of those due within ``spread_ms`` of their run's first.
+
+    A bundle is due when its last member is. One bundle for the waiting records of a whole batch kept
+    the first checked of them waiting for the last, and gave the whole batch one due time: one interval
+    later all its records came due at once and queued behind each other, interval after interval (the
+    queue was the re-check lateness). A bundle per run is due when its own records are, so the bundles
+    of a batch come due as spread out as their checks were."""
+    runs: list[list[T]] = []
+    first_ms = 0
+    for item in sorted(items, key=due_ms):
+        item_due_ms = due_ms(item)
+        if not runs or item_due_ms - first_ms > spread_ms:
+            runs.append([])
+            first_ms = item_due_ms
+        runs[-1].append(item)
+    return runs

@@ -23,7 +23,7 @@ import pytest
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
-from acidclean.consumers.scheduling import delay_envelope
+from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
@@ -188,6 +188,38 @@ def test_waiting_tables_of_one_partition_go_on_in_one_bundle_and_are_carried_on_
     assert rig.metrics.events.labels("bundle_carried_whole")._value.get() == 3
     assert rig.fs.deleted == [] and dones(rig) == []
     assert consumer.committed[(D, 0)] == len(consumer.logs[(D, 0)]) - 1  # all but the newest bundle done
+
+
+def test_a_bundle_is_due_when_its_own_members_are_not_when_the_last_checked_record_of_its_batch_is() -> None:
+    """Checks that take time (here 4 ms of the clock for each look at it): the tables of one batch are
+    checked one after another, each due one interval after its own check. A bundle is due when its
+    last member is, so no member waits in a bundle more than BUNDLE_DUE_SPREAD_MS past its own due
+    time (one bundle for the batch kept the first checked table waiting for the last)."""
+    rig = bundled_rig()
+    clock = rig.clock
+    plain_now = clock.now
+
+    def slow_now() -> datetime:
+        clock.advance(0.004)
+        return plain_now()
+
+    clock.now = slow_now  # type: ignore[method-assign]
+    consumer, loop, seen, _ = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    # Bundles packed by a check (one carried on whole keeps its members' headers as first written).
+    written = [record for record in bundles(rig) if not dict(record.headers).get("causation_id")]
+    assert written
+    for record in written:
+        bundle = unpack(record)
+        assert bundle is not None
+        own_dues = [header_due_at_ms(member) for member in bundle.members]
+        assert all(due is not None for due in own_dues)
+        bundle_due = header_due_at_ms(record)
+        assert bundle_due is not None
+        assert max(own_dues) == bundle_due  # type: ignore[type-var]
+        assert bundle_due - min(own_dues) <= BUNDLE_DUE_SPREAD_MS, own_dues  # type: ignore[type-var,operator]
+    assert len(written) > 1
+    assert rig.fs.deleted == [] and dones(rig) == []
 
 
 def checked_at(record: RawRecord) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 from hypothesis import given
@@ -9,11 +10,13 @@ from hypothesis import strategies as st
 
 from acidclean.consumers.rules.readiness import not_checked, ready_to_clean
 from acidclean.consumers.scheduling import (
+    BUNDLE_DUE_SPREAD_MS,
     BUSY_POLL_CAP_S,
     IDLE_POLL_CAP_S,
     delay_envelope,
     due_time_problem,
     poll_timeout_s,
+    runs_due_together,
 )
 from acidclean.schemas.common import derived_event_id
 from acidclean.shared.bus.codec import due_at_ms
@@ -128,3 +131,26 @@ def test_poll_timeout_waits_for_the_next_due_time_but_never_longer_than_the_cap(
     assert poll_timeout_s(1000, 10**9, busy=False) == IDLE_POLL_CAP_S
     assert poll_timeout_s(1000, None, busy=False) == IDLE_POLL_CAP_S
     assert poll_timeout_s(1000, 10**9, busy=True) == BUSY_POLL_CAP_S
+
+
+@given(st.lists(st.integers(min_value=0, max_value=200), max_size=60))
+def test_runs_due_together_keep_every_record_once_in_due_order_each_run_within_the_spread(dues: list[int]) -> None:
+    runs = runs_due_together(list(enumerate(dues)), lambda item: item[1])
+    flat = [item for run in runs for item in run]
+    assert sorted(flat) == sorted(enumerate(dues))  # each record once
+    assert [due for _, due in flat] == sorted(dues)
+    for run in runs:
+        assert run and run[-1][1] - run[0][1] <= BUNDLE_DUE_SPREAD_MS
+    # A new run starts only for a record too late for the one before: as few bundles as the spread allows.
+    for before, after in itertools.pairwise(runs):
+        assert after[0][1] - before[0][1] > BUNDLE_DUE_SPREAD_MS
+
+
+def test_records_checked_apart_are_not_bundled_to_be_due_when_the_last_one_is() -> None:
+    """A batch that checked two bundles 40 ms apart writes their records in two runs, each due when its
+    own check's records are; records of one check (one due time) stay together."""
+    first, second = [("a", 1000)] * 3, [("b", 1040)] * 2
+    assert runs_due_together(second + first, lambda item: item[1]) == [first, second]
+    assert runs_due_together([("a", 1000), ("b", 1000 + BUNDLE_DUE_SPREAD_MS)], lambda item: item[1]) == [
+        [("a", 1000), ("b", 1000 + BUNDLE_DUE_SPREAD_MS)]
+    ]
