@@ -20,6 +20,8 @@ from acidclean.schemas.common import derived_event_id
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.bus.codec import fit_field
 
+T = TypeVar("T")
+
 # A due time further ahead than this many intervals is not one acidclean wrote: an envelope is due
 # one interval after the check that wrote it (a group's shared due time is never further), so only
 # clock skew between cleaner hosts or a bad record puts it further. Read, it is clamped to one
@@ -28,8 +30,6 @@ from acidclean.shared.bus.codec import fit_field
 # within milliseconds) and bound what a bad record can cost its partition to a few intervals.
 # Clamping early is never unsafe: a due time only says when to ask again, and the re-check asks the
 # metastore (the lock snapshot decides), so the worst an early check costs is one show_locks.
-T = TypeVar("T")
-
 MAX_DUE_AHEAD_INTERVALS = 3
 # The poll loop never blocks longer than this, far below max.poll.interval.ms (300 s by default), so
 # a paused partition never costs the process its group membership.
