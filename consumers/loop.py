@@ -142,9 +142,12 @@ class PartitionState:
     held_bytes: int = 0  # the size of their values
     held_keys: Counter[str] = field(default_factory=Counter)  # the keys of the waiting groups held
     dropping: bool = False  # held is full: later records are left to be fetched again after the resume
-    # Paused for its held head, but fetching on (half the read-ahead was free again): paused once full.
+    # Holding a head not yet due while the fetch goes on (from the first hold, or again once half the
+    # read-ahead was free): the consumer is paused only once the read-ahead is full.
     reading_ahead: bool = False
     backlogged: bool = False  # paused because the lanes hold max_queued records: resumed once they drain
+    # The held head's due time: nothing of the partition is handed over before it ("paused" for the
+    # loop, whether or not the consumer still fetches; after a rewind, the retry time).
     paused_until_ms: int | None = None
     committed: int | None = None
     # Every record read and not finished, by offset, kept across rewinds (a re-read keeps the first

@@ -84,7 +84,9 @@ class CleanerMetrics:
             "acidclean_cleaner_rebalances", "Partitions assigned, revoked or lost.", ["kind"], registry=r
         )
         self.paused_partitions = Gauge(
-            "acidclean_cleaner_paused_partitions", "Delay-topic partitions paused until their head is due.", registry=r
+            "acidclean_cleaner_paused_partitions",
+            "Delay-topic partitions whose next record is not yet due (held, with those read after it).",
+            registry=r,
         )
         self.oldest_pending_seconds = Gauge(
             "acidclean_cleaner_oldest_pending_seconds",

@@ -152,16 +152,17 @@ class HeaderWatcher(threading.Thread):
             for message in self.consumer.consume(5000, 0.2):
                 if message.error():
                     continue
-                self.seen_ms = max(self.seen_ms, message.timestamp()[1])
+                written_ms = message.timestamp()[1]
+                self.seen_ms = max(self.seen_ms, written_ms)
                 headers = {item[0]: item[1] for item in message.headers() or [] if isinstance(item[1], bytes)}
                 if message.topic() == self.done_topic:
                     if headers.get("ce_type") == b"acidclean.cleanup.done":
                         self.done += 1
-                        self.last_done_at = message.timestamp()[1] / 1000  # when written, not read
+                        self.last_done_at = written_ms / 1000  # when written, not read
                     continue
-                written = message.timestamp()[1] / 1000
-                self.written.append((written, headers.get("ce_type") == BUNDLE_TYPE.encode()))
-                if headers.get("ce_type") == BUNDLE_TYPE.encode():
+                is_bundle = headers.get("ce_type") == BUNDLE_TYPE.encode()
+                self.written.append((written_ms / 1000, is_bundle))
+                if is_bundle:
                     bundle = unpack(raw_record(message))
                     assert bundle is not None
                     if headers.get("causation_id"):

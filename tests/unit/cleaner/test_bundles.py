@@ -212,14 +212,17 @@ def test_a_bundle_is_due_when_its_own_members_are_not_when_the_last_checked_reco
     for record in written:
         bundle = unpack(record)
         assert bundle is not None
-        own_dues = [header_due_at_ms(member) for member in bundle.members]
-        assert all(due is not None for due in own_dues)
-        bundle_due = header_due_at_ms(record)
-        assert bundle_due is not None
-        assert max(own_dues) == bundle_due  # type: ignore[type-var]
-        assert bundle_due - min(own_dues) <= BUNDLE_DUE_SPREAD_MS, own_dues  # type: ignore[type-var,operator]
+        own_dues = [due_of(member) for member in bundle.members]
+        assert max(own_dues) == due_of(record)
+        assert due_of(record) - min(own_dues) <= BUNDLE_DUE_SPREAD_MS, own_dues
     assert len(written) > 1
     assert rig.fs.deleted == [] and dones(rig) == []
+
+
+def due_of(record: RawRecord) -> int:
+    due = header_due_at_ms(record)
+    assert due is not None
+    return due
 
 
 def checked_at(record: RawRecord) -> float:
