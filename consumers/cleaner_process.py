@@ -165,6 +165,7 @@ class CleanerProcess:
                 dry_run=self.options.dry_run,
                 wait_for_open_txns=settings.cleanup_waits_for_open_txns,
                 bundle_min=settings.cleanup_bundle_min,
+                bundle_spread_ms=settings.cleanup_bundle_spread_ms,
                 bundle_compressed=settings.cleanup_bundle_compression == "zlib",
             ),
             metastore=self._per_thread("metastore", self._metastore_factory),

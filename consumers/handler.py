@@ -54,7 +54,13 @@ from acidclean.consumers.rules.readiness import (
     table_locks,
 )
 from acidclean.consumers.rules.verdicts import NotYet, Refusal
-from acidclean.consumers.scheduling import delay_envelope, next_due, runs_due_together, vacuum_of
+from acidclean.consumers.scheduling import (
+    BUNDLE_DUE_SPREAD_MS,
+    delay_envelope,
+    next_due,
+    runs_due_together,
+    vacuum_of,
+)
 from acidclean.consumers.waiting import (
     EntryFacts,
     GroupOut,
@@ -196,6 +202,7 @@ class HandlerConfig:
     # tables of one delay partition) once a batch has at least bundle_min of one partition.
     bundle_min: int = 8
     bundle_max: int = MAX_BUNDLE_RECORDS
+    bundle_spread_ms: int = BUNDLE_DUE_SPREAD_MS  # one bundle only of records due within this of each other
     bundle_compressed: bool = True  # bundles' members compressed (acidclean.shared.bus.bundle)
 
 
@@ -1121,7 +1128,9 @@ class CleanupHandler:
                 continue
             # A bundle is due when its last member is: one per run of records due together, so the
             # records of a batch are not all due (and checked next) when its last checked one is.
-            for packed_outs in runs_due_together(partition_outs, lambda out: due_at_ms(out.event.due_at)):
+            for packed_outs in runs_due_together(
+                partition_outs, lambda out: due_at_ms(out.event.due_at), self.config.bundle_spread_ms
+            ):
                 made = bundles_of(
                     [out.event for out in packed_outs],
                     tenant=self.config.tenant,

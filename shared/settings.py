@@ -211,6 +211,13 @@ class Settings(BaseSettings):
         description="Waiting tables' delay records of one delay partition, carried on unread in one batch, "
         "that go on together in one bundle record (fewer go on alone).",
     )
+    cleanup_bundle_spread_ms: int = Field(
+        10,
+        ge=0,
+        description="Waiting records of one delay partition go in one bundle only when due within this many ms of "
+        "each other (a bundle is due when its last member is). Larger: fewer, bigger bundles, and the first member "
+        "of each is checked again up to this much later than its own due time.",
+    )
     cleanup_bundle_compression: Literal["zlib", "none"] = Field(
         "zlib",
         description="How bundle records carry their members: zlib (compressed, about a twelfth of the bytes to "

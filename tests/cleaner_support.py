@@ -74,6 +74,7 @@ def cleaner_settings(
     max_wait_s: float = 3600.0,
     partitions: int = 2,
     bundle_min: int = 8,
+    bundle_spread_ms: int = 10,
 ) -> Settings:
     """Settings for one test: its own topics (prefix), group, and allowed roots under ``root``."""
     return load_settings(
@@ -91,6 +92,7 @@ def cleaner_settings(
             "max_wait_s": max_wait_s,
             "metastore_timeout_s": 3.0,
             "cleanup_bundle_min": bundle_min,
+            "cleanup_bundle_spread_ms": bundle_spread_ms,
         },
     )
 
@@ -110,6 +112,7 @@ def settings_environment(settings: Settings) -> dict[str, str]:
         "ACIDCLEAN_CLEANUP_INTERVAL_MS": str(settings.cleanup_interval_ms),
         "ACIDCLEAN_CLEANUP_THREADS": str(settings.cleanup_threads),
         "ACIDCLEAN_CLEANUP_BUNDLE_MIN": str(settings.cleanup_bundle_min),
+        "ACIDCLEAN_CLEANUP_BUNDLE_SPREAD_MS": str(settings.cleanup_bundle_spread_ms),
         "ACIDCLEAN_MAX_WAIT_S": str(settings.max_wait_s),
         "ACIDCLEAN_METASTORE_TIMEOUT_S": str(settings.metastore_timeout_s),
     }

@@ -305,9 +305,21 @@ def test_many_waiting_tables_go_on_in_bundles_and_each_is_cleaned_when_its_own_r
 ) -> None:
     """Eight tables of one delay partition, two vacuums each, every one behind its own reader: their
     records go on in one bundle (produced to that partition, read back by the real consumer); a
-    released reader's table leaves the bundle and is cleaned, while the others' files stay."""
+    released reader's table leaves the bundle and is cleaned, while the others' files stay.
+
+    The bundle spread is the whole interval: the default 10 ms packs only tables checked within 10 ms
+    of each other, and on a slow machine eight checks take longer than that (the bundles are then
+    several, each of the tables checked together)."""
     settings = cleaner_settings(
-        kafka_bootstrap, metastore_uri, root, unique_name, interval_ms=300, partitions=1, threads=1, bundle_min=4
+        kafka_bootstrap,
+        metastore_uri,
+        root,
+        unique_name,
+        interval_ms=300,
+        partitions=1,
+        threads=1,
+        bundle_min=4,
+        bundle_spread_ms=300,
     )
     watcher = Watcher(settings)
     tables = [create_table(metastore, root, f"{unique_name}b{index}") for index in range(8)]

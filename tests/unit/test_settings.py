@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS
 from acidclean.shared.errors import ConfigurationError
 from acidclean.shared.settings import (
     COMMAND_LINE_FLAGS,
@@ -199,6 +200,16 @@ def test_a_bad_duration_names_key_file_line_and_the_units(tmp_path: Path, writte
 def test_a_zero_interval_is_refused_as_before() -> None:
     with pytest.raises(ConfigurationError, match=r"^ACIDCLEAN_CLEANUP_INTERVAL_MS=0ms in the environment: .*greater"):
         load_settings(environ={"ACIDCLEAN_CLEANUP_INTERVAL_MS": "0ms"})
+
+
+def test_the_bundle_spread_defaults_to_the_handlers_and_refuses_a_negative_one() -> None:
+    assert load_settings(environ={}).cleanup_bundle_spread_ms == BUNDLE_DUE_SPREAD_MS
+    assert load_settings(environ={"ACIDCLEAN_CLEANUP_BUNDLE_SPREAD_MS": "250"}).cleanup_bundle_spread_ms == 250
+    with pytest.raises(ConfigurationError) as error:
+        load_settings(environ={"ACIDCLEAN_CLEANUP_BUNDLE_SPREAD_MS": "-1"})
+    assert str(error.value) == (
+        "ACIDCLEAN_CLEANUP_BUNDLE_SPREAD_MS=-1 in the environment: input should be greater than or equal to 0"
+    )
 
 
 # -- bug 2: .properties as Java reads them ------------------------------------------------------------

@@ -28,6 +28,7 @@ from acidclean.consumers.handler import (
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import TenantRoots
+from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayedVacuums, DelayEnvelope, Event, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
@@ -329,6 +330,7 @@ class Rig:
     mark_vacuum_output: bool = True
     bundle_min: int = 8  # HandlerConfig.bundle_min: waiting tables of one partition a bundle needs
     bundle_compressed: bool = True  # HandlerConfig.bundle_compressed
+    bundle_spread_ms: int = BUNDLE_DUE_SPREAD_MS  # HandlerConfig.bundle_spread_ms
 
     def __post_init__(self) -> None:
         self.handler = CleanupHandler(
@@ -341,6 +343,7 @@ class Rig:
                 dry_run=self.dry_run,
                 bundle_min=self.bundle_min,
                 bundle_compressed=self.bundle_compressed,
+                bundle_spread_ms=self.bundle_spread_ms,
             ),
             metastore=lambda: self.metastore,
             bus=lambda: self.bus,

@@ -131,8 +131,8 @@ def encode_back(record: RawRecord) -> object:
     return decode(record, rejected_by="test", tenant="acme")
 
 
-def bundled_rig(compressed: bool = True) -> Rig:
-    return Rig(bundle_min=2, bundle_compressed=compressed)
+def bundled_rig(compressed: bool = True, spread_ms: int = BUNDLE_DUE_SPREAD_MS) -> Rig:
+    return Rig(bundle_min=2, bundle_compressed=compressed, bundle_spread_ms=spread_ms)
 
 
 RECORDS_FIELD = b',"records":'
@@ -190,12 +190,10 @@ def test_waiting_tables_of_one_partition_go_on_in_one_bundle_and_are_carried_on_
     assert consumer.committed[(D, 0)] == len(consumer.logs[(D, 0)]) - 1  # all but the newest bundle done
 
 
-def test_a_bundle_is_due_when_its_own_members_are_not_when_the_last_checked_record_of_its_batch_is() -> None:
-    """Checks that take time (here 4 ms of the clock for each look at it): the tables of one batch are
-    checked one after another, each due one interval after its own check. A bundle is due when its
-    last member is, so no member waits in a bundle more than BUNDLE_DUE_SPREAD_MS past its own due
-    time (one bundle for the batch kept the first checked table waiting for the last)."""
-    rig = bundled_rig()
+def bundles_of_slow_checks(spread_ms: int) -> list[RawRecord]:
+    """The bundles packed by checks over three intervals, with 4 ms of the clock for each look at it
+    (a bundle carried on whole keeps its members' headers as first written, so only packed ones)."""
+    rig = bundled_rig(spread_ms=spread_ms)
     clock = rig.clock
     plain_now = clock.now
 
@@ -206,17 +204,39 @@ def test_a_bundle_is_due_when_its_own_members_are_not_when_the_last_checked_reco
     clock.now = slow_now  # type: ignore[method-assign]
     consumer, loop, seen, _ = started(rig)
     cycle(loop, rig, consumer, seen, 3)
-    # Bundles packed by a check (one carried on whole keeps its members' headers as first written).
-    written = [record for record in bundles(rig) if not dict(record.headers).get("causation_id")]
-    assert written
+    assert rig.fs.deleted == [] and dones(rig) == []
+    return [record for record in bundles(rig) if not dict(record.headers).get("causation_id")]
+
+
+@pytest.mark.parametrize("spread_ms", [0, 5, BUNDLE_DUE_SPREAD_MS])
+def test_a_bundle_is_due_when_its_own_members_are_not_when_the_last_checked_record_of_its_batch_is(
+    spread_ms: int,
+) -> None:
+    """The tables of one batch are checked one after another, each due one interval after its own
+    check. A bundle is due when its last member is, so no member waits in a bundle more than the
+    configured spread past its own due time (one bundle for the batch kept the first checked table
+    waiting for the last)."""
+    written = bundles_of_slow_checks(spread_ms)
+    assert len(written) > 1
     for record in written:
         bundle = unpack(record)
         assert bundle is not None
         own_dues = [due_of(member) for member in bundle.members]
         assert max(own_dues) == due_of(record)
-        assert due_of(record) - min(own_dues) <= BUNDLE_DUE_SPREAD_MS, own_dues
-    assert len(written) > 1
-    assert rig.fs.deleted == [] and dones(rig) == []
+        assert due_of(record) - min(own_dues) <= spread_ms, own_dues
+
+
+def test_a_wider_bundle_spread_packs_a_batch_into_fewer_bundles() -> None:
+    """``bundle_spread_ms`` is the trade: wider packs more tables a bundle (fewer delay records)."""
+    narrow, wide = bundles_of_slow_checks(0), bundles_of_slow_checks(2000)
+    assert len(wide) < len(narrow)
+    assert max(len(unpack_members(record)) for record in wide) > max(len(unpack_members(record)) for record in narrow)
+
+
+def unpack_members(record: RawRecord) -> list[RawRecord]:
+    bundle = unpack(record)
+    assert bundle is not None
+    return list(bundle.members)
 
 
 def due_of(record: RawRecord) -> int:
