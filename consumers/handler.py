@@ -1387,14 +1387,19 @@ class CleanupHandler:
         source = (str(bundle.event_id),)
         partition = work.record.partition
         whole = None
-        if held is not None and not bundle.spill and not bundle.riders and not batch.shared_keys & bundle.member_keys():
+        if (
+            held is not None
+            and not bundle.spill
+            and not bundle.riders
+            and not batch.shared_keys & bundle.listed_member_keys()
+        ):
             due_ms = due_at_ms(due)
             max_wait = self.config.max_wait_s
             whole = carried_on(
                 bundle, partition=partition, held_ids=held, checked_at=now, due_at_ms=due_ms, max_wait_s=max_wait
             )
         if whole is not None:
-            keys = bundle.read.keys
+            keys = whole.keys
             batch.bundles.append(_BundleCheck(partition, source[0], [], [], whole=whole, keys=keys))
             return self._bundle_checked(batch, own_batch, shell)
         try:
@@ -2348,7 +2353,7 @@ def _keys_in_two(events: Iterable[object]) -> set[bytes]:
     twice: set[bytes] = set()
     for event in events:
         if isinstance(event, WaitingBundle):
-            keys = event.member_keys()
+            keys = event.listed_member_keys()
         elif isinstance(event, WaitingGroup | VacuumCommitted | DelayEnvelope):
             keys = {event.key.encode()}
         else:
