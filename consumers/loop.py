@@ -561,7 +561,13 @@ class CleanerLoop:
         with fresh vacuums of many tables arriving over many intervals was most of what a cleaner did).
         For a table whose joiners include delay records, the bundle's check sends its record out on
         its own (due at once), and, read back, it takes its joiners along into its lane; they wait an
-        interval more for it (then they are checked alone, as for any record that does not come)."""
+        interval more for it (then they are checked alone, as for any record that does not come).
+
+        The keys its header lists tell cheaply whether any joiner waits for it (its members are then
+        read for their keys: riders join only a member read from it). A list that leaves out a table
+        only leaves that table's joiners to be checked alone at their deadline."""
+        if not any(key.decode("utf-8", "replace") in self._joiners for key in bundle.listed_member_keys()):
+            return
         for key in bundle.member_keys():
             name = key.decode("utf-8", "replace")
             joining = self._joiners.get(name)
