@@ -718,15 +718,16 @@ def _claimed_summary(header: bytes | None) -> BundleSummary | None:
 
 
 def _listed_keys(header: bytes | None, summary: BundleSummary | None) -> tuple[str, ...]:
-    """The keys an x-bundle-keys header lists, when it reads and has the CRC of ``summary`` (one whose
-    own CRC matched the members' bytes); else none (the members are read for them)."""
+    """The keys an x-bundle-keys header lists, when it reads, has the CRC of ``summary`` (one whose own
+    CRC matched the members' bytes) and no more keys than a bundle has members; else none (the members
+    are read for them)."""
     if not header or summary is None:
         return ()
     try:
         listed = _LISTED_KEYS.decode(header)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return ()
-    if listed.records_crc != summary.records_crc:
+    if listed.records_crc != summary.records_crc or len(listed.keys) > MAX_BUNDLE_RECORDS:
         return ()
     return tuple(listed.keys)
 

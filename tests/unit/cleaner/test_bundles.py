@@ -330,6 +330,7 @@ def test_a_key_list_that_does_not_go_with_the_summary_is_not_used_the_members_ke
     for header in (
         msgspec.json.encode(BundleKeys(summary_of(packed).records_crc + 1, ["acme/sales.t0"])),  # another CRC
         b'{"records_crc": 1, "keys": "acme/sales.t0"}',  # does not read
+        msgspec.json.encode(BundleKeys(summary_of(packed).records_crc, ["acme/sales.t0"] * 1001)),  # too many
         b"",
     ):
         headers = tuple((n, header if n == KEYS_HEADER else v) for n, v in packed.headers)
