@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -27,7 +28,7 @@ from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import base_name, delta_name
-from acidclean.shared.bus.bundle import is_bundle, unpack
+from acidclean.shared.bus.bundle import KEYS_HEADER, BundleKeys, is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import BusError
@@ -821,3 +822,43 @@ class MixedBundleLayoutsMachine(BundledLoopMachine):
 
 MixedBundleLayoutsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_mixed_bundle_layout_histories_lose_nothing_and_never_run_early = MixedBundleLayoutsMachine.TestCase
+
+
+class LyingKeyListsMachine(BundledLoopMachine):
+    """The same histories with bundles whose x-bundle-keys list lies (its CRC forged to match): from
+    when a rule says so, every bundle delivered lists one key fewer, a key of a table it does not carry,
+    or its keys the other way round. A list is only believed to carry a bundle on unread, so every
+    invariant holds and every vacuum is still cleaned, once, and none dead-lettered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lie = "none"
+
+    @rule(lie=st.sampled_from(["none", "omits_one", "names_another", "reversed"]))
+    def key_lists_lie(self, lie: str) -> None:
+        self.lie = lie
+
+    @rule(count=st.integers(1, 3))
+    def delay_topic_delivers_some(self, count: int) -> None:
+        published = self.rig.bus.records.get(D, [])
+        for index in range(self.delivered, min(len(published), self.delivered + count)):
+            record = published[index]
+            if is_bundle(record.headers) and dict(record.headers).get(KEYS_HEADER):
+                published[index] = dataclasses.replace(record, headers=self._lied(record.headers))
+        super().delay_topic_delivers_some(count)
+
+    def _lied(self, headers: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
+        listed = msgspec.json.decode(dict(headers)[KEYS_HEADER], type=BundleKeys)
+        keys = listed.keys
+        if self.lie == "omits_one":
+            keys = keys[1:]
+        elif self.lie == "names_another":
+            keys = [*keys, f"acme/sales.t{next(self.tables)}"]
+        elif self.lie == "reversed":
+            keys = keys[::-1]
+        text = msgspec.json.encode(BundleKeys(listed.records_crc, keys))
+        return tuple((name, text if name == KEYS_HEADER else value) for name, value in headers)
+
+
+LyingKeyListsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_lying_key_list_histories_lose_nothing_and_never_run_early = LyingKeyListsMachine.TestCase
