@@ -880,10 +880,12 @@ class CleanupHandler:
             return self._delay(event, readiness, locks)
         return self._clean(work, event, readiness, locks)
 
-    def warm_up(self) -> None:
-        """Create this thread's metastore client and producer (and connect) before work arrives."""
+    def warm_up(self, metastore: bool = True) -> None:
+        """Create this thread's producer and (with ``metastore``) its metastore client, and connect,
+        before work arrives."""
         self._bus()
-        _ = self._metastore().kind
+        if metastore:
+            _ = self._metastore().kind
 
     def show_locks(self, table: str | None) -> list[LockInfo]:
         """One table-level show_locks (every lock with ``None``), retried a bounded number of times
