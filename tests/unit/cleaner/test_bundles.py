@@ -283,6 +283,15 @@ def test_a_member_whose_lock_is_released_leaves_its_bundle_and_is_cleaned_by_its
     assert all(group.unchanged is not None for group in last)
 
 
+def first_bundle() -> tuple[Rig, FakeConsumer, CleanerLoop, list[int], list[list[str]], RawRecord]:
+    """Every table waiting, two intervals on: their records packed into one bundle, not yet read."""
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 2)
+    [bundle] = bundles(rig)
+    return rig, consumer, loop, seen, ids, bundle
+
+
 def listed_keys_of(record: RawRecord) -> BundleKeys:
     header = dict(record.headers).get(KEYS_HEADER)
     assert header is not None
@@ -294,10 +303,7 @@ def test_a_bundle_lists_its_members_keys_and_its_whole_carries_never_inflate_it(
 ) -> None:
     """A whole carry needs its members' keys alone: read from the x-bundle-keys header, the compressed
     members are never inflated, and every table's next record is still known to be in the new bundle."""
-    rig = bundled_rig()
-    consumer, loop, seen, _ = started(rig)
-    cycle(loop, rig, consumer, seen, 2)
-    [packed] = bundles(rig)
+    rig, consumer, loop, seen, _, packed = first_bundle()
     member_keys = [member.key.decode() for member in unpack_members(packed)]
     assert listed_keys_of(packed) == BundleKeys(summary_of(packed).records_crc, member_keys)
     inflated: list[int] = []
@@ -321,10 +327,7 @@ def test_a_bundle_lists_its_members_keys_and_its_whole_carries_never_inflate_it(
 
 
 def test_a_key_list_that_does_not_go_with_the_summary_is_not_used_the_members_keys_are() -> None:
-    rig = bundled_rig()
-    consumer, loop, seen, _ = started(rig)
-    cycle(loop, rig, consumer, seen, 2)
-    [packed] = bundles(rig)
+    *_, packed = first_bundle()
     real = unpack(packed)
     assert real is not None
     for header in (
@@ -351,10 +354,7 @@ def test_a_bundle_whose_key_list_lies_only_delays_every_vacuum_is_still_checked_
     is not in the bundle (its CRC forged to match) cleans nothing early and loses no vacuum: a fresh
     vacuum of a table it omits, and one of the table it names, are each cleaned once their readers
     leave, and so is every member."""
-    rig = bundled_rig()
-    consumer, loop, seen, ids = started(rig)
-    cycle(loop, rig, consumer, seen, 2)
-    good = bundles(rig)[-1]
+    rig, consumer, loop, seen, ids, good = first_bundle()
     keys = listed_keys_of(good).keys
     lie = keys[1:] if forged == "omits" else [*keys, "acme/sales.t9"]
     header = msgspec.json.encode(BundleKeys(summary_of(good).records_crc, lie))
@@ -409,10 +409,7 @@ def test_a_bundle_checked_while_the_metastore_does_not_answer_sends_every_member
 
 
 def test_a_bundle_the_broker_does_not_take_is_checked_again_and_nothing_is_lost() -> None:
-    rig = bundled_rig()
-    consumer, loop, seen, ids = started(rig)
-    cycle(loop, rig, consumer, seen, 2)
-    [first] = bundles(rig)
+    rig, consumer, loop, seen, ids, first = first_bundle()
     log = consumer.logs[(D, 0)]
     assert log[-1].value == first.value
     committed = consumer.committed[(D, 0)]
@@ -604,10 +601,7 @@ def test_the_audit_reads_a_bundle_carried_on_whole_as_a_check_of_each_member_not
 
 
 def test_a_group_lingering_past_its_due_time_in_a_bundle_is_never_checked_early() -> None:
-    rig = bundled_rig()
-    consumer, loop, seen, _ids = started(rig)
-    cycle(loop, rig, consumer, seen, 2)
-    [bundle] = bundles(rig)
+    rig, consumer, loop, seen, _ids, bundle = first_bundle()
     due = header_due_at_ms(bundle)
     assert due is not None
     # Run until just before the bundle's due time: nothing new is published for it.
