@@ -29,8 +29,9 @@ through the shared delete pool (directories of different tables overlap), and pu
 (``CleanupDone``, delay envelopes, dead letters) in one more ``publish_many`` with one wait for the
 acknowledgements (on the ack executor when there is one: the worker goes on to the next batch while
 the broker answers, and the batch's lanes stay busy until it has). Only then are its records
-finished, so offsets still move only past acknowledged outcomes; a crash in between gives duplicates (every handler is idempotent), never a loss. A lane's
-events run in order: a lane's next event starts only after its previous cleanup's deletes.
+finished, so offsets still move only past acknowledged outcomes; a crash in between gives
+duplicates (every handler is idempotent), never a loss. A lane's events run in order: a lane's next
+event starts only after its previous cleanup's deletes.
 
 Offsets. Per partition, the committable offset is the lowest record not yet done (handed over, held,
 or running); it is committed only after the outcomes of every record below it were acknowledged.
