@@ -90,7 +90,16 @@ class WaitingBundle:
         return f"\x00bundle/{self.event_id}"
 
     def member_keys(self) -> set[bytes]:
+        """Its members' keys, read from its members (what riders are matched against)."""
         return self.read.member_keys()
+
+    @property
+    def listed_keys(self) -> tuple[str, ...]:
+        """Its members' keys as its header lists them (see ReadBundle.listed_keys): for a whole carry."""
+        return self.read.listed_keys
+
+    def listed_member_keys(self) -> set[bytes]:
+        return self.read.listed_member_keys()
 
 
 def read_bundle(record: RawRecord, tenant: str, due_at: datetime) -> WaitingBundle | None:

@@ -155,6 +155,7 @@ class CleanerProcess:
         threads = settings.cleanup_threads
         self._lane_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-table")
         self._delete_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-delete")
+        self._ack_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-ack")
         self.handler = CleanupHandler(
             HandlerConfig(
                 tenant=settings.tenant,
@@ -198,6 +199,7 @@ class CleanerProcess:
             executor=self._lane_pool,
             metrics=self.metrics,
             on_step=self.probes.stepped,
+            ack_executor=self._ack_pool,
         )
         self._stopping = False
         self._http: Any = None
@@ -274,19 +276,23 @@ class CleanerProcess:
             self.close()
 
     def _warm_up(self, timeout_s: float = 10.0) -> None:
-        """Start every table worker and open its metastore connection and producer now, so the first
-        vacuums do not pay for connection set-up and the idempotent producer's id request."""
+        """Start every table worker and open its metastore connection and producer now, and every ack
+        thread and its producer, so the first vacuums do not pay for connection set-up and the
+        idempotent producer's id request."""
         threads = self.settings.cleanup_threads
-        barrier = threading.Barrier(threads, timeout=timeout_s)
+        futures = []
+        for pool, metastore in ((self._lane_pool, True), (self._ack_pool, False)):
+            barrier = threading.Barrier(threads, timeout=timeout_s)
 
-        def warm() -> None:
-            try:
-                barrier.wait()  # holds each worker so the pool has to start all of them
-            except threading.BrokenBarrierError:
-                return
-            self.handler.warm_up()
+            def warm(barrier: threading.Barrier = barrier, metastore: bool = metastore) -> None:
+                try:
+                    barrier.wait()  # holds each thread so the pool has to start all of them
+                except threading.BrokenBarrierError:
+                    return
+                self.handler.warm_up(metastore=metastore)
 
-        for future in [self._lane_pool.submit(warm) for _ in range(threads)]:
+            futures += [pool.submit(warm) for _ in range(threads)]
+        for future in futures:
             try:
                 future.result(timeout_s)
             except Exception as error:  # a metastore down at start-up is not fatal: checks fail closed
@@ -305,6 +311,7 @@ class CleanerProcess:
             self._http.server_close()
             self._http = None
         self._lane_pool.shutdown(wait=True, cancel_futures=True)
+        self._ack_pool.shutdown(wait=True, cancel_futures=True)
         self._delete_pool.shutdown(wait=True, cancel_futures=True)
         with self._clients_lock:
             clients, self._clients = self._clients, []

@@ -880,10 +880,12 @@ class CleanupHandler:
             return self._delay(event, readiness, locks)
         return self._clean(work, event, readiness, locks)
 
-    def warm_up(self) -> None:
-        """Create this thread's metastore client and producer (and connect) before work arrives."""
+    def warm_up(self, metastore: bool = True) -> None:
+        """Create this thread's producer and (with ``metastore``) its metastore client, and connect,
+        before work arrives."""
         self._bus()
-        _ = self._metastore().kind
+        if metastore:
+            _ = self._metastore().kind
 
     def show_locks(self, table: str | None) -> list[LockInfo]:
         """One table-level show_locks (every lock with ``None``), retried a bounded number of times
@@ -1387,14 +1389,19 @@ class CleanupHandler:
         source = (str(bundle.event_id),)
         partition = work.record.partition
         whole = None
-        if held is not None and not bundle.spill and not bundle.riders and not batch.shared_keys & bundle.member_keys():
+        if (
+            held is not None
+            and not bundle.spill
+            and not bundle.riders
+            and not batch.shared_keys & bundle.listed_member_keys()
+        ):
             due_ms = due_at_ms(due)
             max_wait = self.config.max_wait_s
             whole = carried_on(
                 bundle, partition=partition, held_ids=held, checked_at=now, due_at_ms=due_ms, max_wait_s=max_wait
             )
         if whole is not None:
-            keys = bundle.read.keys
+            keys = whole.keys
             batch.bundles.append(_BundleCheck(partition, source[0], [], [], whole=whole, keys=keys))
             return self._bundle_checked(batch, own_batch, shell)
         try:
@@ -2348,7 +2355,7 @@ def _keys_in_two(events: Iterable[object]) -> set[bytes]:
     twice: set[bytes] = set()
     for event in events:
         if isinstance(event, WaitingBundle):
-            keys = event.member_keys()
+            keys = event.listed_member_keys()
         elif isinstance(event, WaitingGroup | VacuumCommitted | DelayEnvelope):
             keys = {event.key.encode()}
         else:

@@ -3,8 +3,9 @@
 A vacuum whose snapshot locks are still held goes to the delay topic in a :class:`DelayEnvelope`
 due one cleanup interval after the check. The due time is computed once, here, and travels in the
 envelope (and its ``x-due-at`` header): a crash, restart or rebalance re-reads it and never pushes it
-later. Every envelope of the delay topic carries the same delay, so per partition due times come in
-offset order and only a partition's head needs watching.
+later. Every envelope of the delay topic carries the same delay, so per partition due times come
+nearly in offset order (out of order by as much as a batch takes to publish, as several threads and
+processes write: the loop hands each over at its own due time).
 
 Pure functions of the clock value they are given.
 """

@@ -41,6 +41,17 @@ were changed since is checked member by member, where the models refuse what doe
 that finds every one of those locks listed carries the bundle on whole
 (:func:`carried_on`): the same member bytes, unread, in a bundle with a new id and due time caused by
 this one (``causation_id``), ``carries_left`` one lower and ``carried`` one higher.
+
+A bundle with a summary also lists its members' keys, in order, in the ``x-bundle-keys`` header::
+
+    {"records_crc": c, "keys": ["<tenant>/<db>.<table>", ...]}
+
+with the same ``records_crc`` as its summary. A whole carry needs the keys alone (the next record of
+each of those tables is in the bundle it writes), so with them a check carries a compressed bundle on
+without inflating it. Keys whose CRC is not the summary's are not used (the members are read for
+them). The list is only ever used to carry a bundle on unread or to tell which tables a batch sees
+twice: a wrong one can make a table's vacuums wait longer, never clean anything (what is cleaned is
+read from the members and checked in full). A reader older than it ignores the header.
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ BUNDLE_TYPE = "acidclean.bus.bundle"
 BUNDLE_KEY_SUFFIX = "~bundle"
 COUNT_HEADER = "x-bundle"
 SUMMARY_HEADER = "x-bundle-unchanged"
+KEYS_HEADER = "x-bundle-keys"
 CAUSATION_HEADER = "causation_id"
 # A bundle must fit in one Kafka message (message.max.bytes is 1 MB by default).
 MAX_BUNDLE_BYTES = 512 * 1024
@@ -144,6 +156,13 @@ class BundleSummary(msgspec.Struct, forbid_unknown_fields=True):
     records_crc: int = 0
 
 
+class BundleKeys(msgspec.Struct, forbid_unknown_fields=True):
+    """The ``x-bundle-keys`` header: see the module's doc."""
+
+    records_crc: int
+    keys: list[str]
+
+
 _DECODER = msgspec.json.Decoder(WireBundleEitherWay)
 _TEXT = msgspec.json.Decoder(str)
 _MEMBERS = msgspec.json.Decoder(list[WireMember])
@@ -151,6 +170,7 @@ _KEYS = msgspec.json.Decoder(list[WireMemberKey])
 _Member = TypeVar("_Member", WireMember, WireMemberKey)
 _HEAD_DECODER = msgspec.json.Decoder(WireBundleHead)
 _SUMMARY = msgspec.json.Decoder(BundleSummary)
+_LISTED_KEYS = msgspec.json.Decoder(BundleKeys)
 _ENCODER = msgspec.json.Encoder()
 # More checks in a row than any member may be carried unread (MAX_UNCHANGED_CHECKS) is a bad summary.
 MAX_WHOLE_CARRIES = 64
@@ -202,6 +222,8 @@ class Bundle(PrebuiltRecord):
         if self.summary is not None:
             summary = msgspec.structs.replace(self.summary, records_crc=zlib.crc32(members))
             extra.append((SUMMARY_HEADER, _ENCODER.encode(summary)))
+            keys = [member.key.decode("utf-8") for member in records]
+            extra.append((KEYS_HEADER, _ENCODER.encode(BundleKeys(summary.records_crc, keys))))
         return _bundle_record(self, members, len(self.members), source, extra, compressed=self.compressed)
 
 
@@ -221,6 +243,7 @@ class CarriedBundle(PrebuiltRecord):
     oldest_commit: datetime | None
     summary: BundleSummary
     compressed: bool = False
+    keys: tuple[str, ...] = ()  # its members' keys, in order (written in its x-bundle-keys header)
     event_type: str = BUNDLE_TYPE
 
     def outgoing(self, source: str) -> OutgoingRecord:
@@ -229,6 +252,8 @@ class CarriedBundle(PrebuiltRecord):
             (DUE_AT, self.due_at_ms.to_bytes(8, "big", signed=True)),
             (SUMMARY_HEADER, _ENCODER.encode(self.summary)),
         ]
+        if self.keys:
+            extra.append((KEYS_HEADER, _ENCODER.encode(BundleKeys(self.summary.records_crc, list(self.keys)))))
         return _bundle_record(self, self.records, self.count, source, extra, compressed=self.compressed)
 
 
@@ -306,7 +331,7 @@ class CarriableBundle(Protocol):
     @property
     def oldest_commit(self) -> datetime | None: ...
     @property
-    def count(self) -> int: ...
+    def listed_keys(self) -> tuple[str, ...]: ...
     @property
     def summary(self) -> BundleSummary | None: ...
     @property
@@ -334,10 +359,10 @@ def carried_on(
     if summary is None or records is None or summary.carries_left <= 0:
         return None
     try:
-        count = bundle.count
+        keys = bundle.listed_keys
     except ValueError:
         return None  # its members do not read: its check refuses it
-    if count == 0:
+    if not keys:
         return None
     if (checked_at - _moment(summary.oldest_commit)).total_seconds() >= max_wait_s:
         return None
@@ -349,7 +374,7 @@ def carried_on(
         partition=partition,
         previous=bundle.event_id,
         records=records,
-        count=count,
+        count=len(keys),
         occurred_at=checked_at,
         due_at_ms=due_at_ms,
         oldest_commit=bundle.oldest_commit,
@@ -361,6 +386,7 @@ def carried_on(
             records_crc=summary.records_crc,
         ),
         compressed=bundle.compressed,
+        keys=keys,
     )
 
 
@@ -457,6 +483,8 @@ class ReadBundle:
     # Its members' array compressed (schema_version 2): member_bytes is then their base64 text,
     # inflated each time they are read (never kept: a held bundle keeps the compressed bytes alone).
     compressed: bool = False
+    # Its x-bundle-keys header as read (decoded when first asked for: see listed_keys).
+    claimed_keys: bytes | None = None
 
     @property
     def summary(self) -> BundleSummary | None:
@@ -533,14 +561,33 @@ class ReadBundle:
         return keys
 
     @property
+    def listed_keys(self) -> tuple[str, ...]:
+        """Its members' keys as its x-bundle-keys header lists them when that header goes with its
+        summary (the same CRC, which is that of its members' bytes), else :attr:`keys`: what a whole
+        carry needs, without inflating or reading the members. Raises ``ValueError`` when they are
+        read and do not read."""
+        listed: tuple[str, ...] | None = self.__dict__.get("_listed")
+        if listed is None:
+            listed = _listed_keys(self.claimed_keys, self.summary) or self.keys
+            self.__dict__["_listed"] = listed
+        return listed
+
+    @property
     def count(self) -> int:
         """How many members it has. Raises ``ValueError`` when they do not read."""
-        return len(self.keys)
+        return len(self.listed_keys)
 
     def member_keys(self) -> set[bytes]:
         """Its members' keys (none when they do not read: its check then refuses it)."""
         try:
             return {key.encode("utf-8") for key in self.keys}
+        except ValueError:
+            return set()
+
+    def listed_member_keys(self) -> set[bytes]:
+        """:attr:`listed_keys` as bytes (none when they are read and do not read)."""
+        try:
+            return {key.encode("utf-8") for key in self.listed_keys}
         except ValueError:
             return set()
 
@@ -589,7 +636,8 @@ def unpack(record: RawRecord) -> ReadBundle | None:
         return None
     if headers.get("ce_id") != head.event_id.encode() or _no_members(member_bytes, compressed):
         return None
-    bundle = ReadBundle(event_id, head.tenant, occurred_at, oldest, record, member_bytes, claimed, compressed)
+    listed = headers.get(KEYS_HEADER) if claimed is not None else None
+    bundle = ReadBundle(event_id, head.tenant, occurred_at, oldest, record, member_bytes, claimed, compressed, listed)
     if wire_members is not None:
         if not wire_members:
             return None
@@ -669,6 +717,21 @@ def _claimed_summary(header: bytes | None) -> BundleSummary | None:
     return summary
 
 
+def _listed_keys(header: bytes | None, summary: BundleSummary | None) -> tuple[str, ...]:
+    """The keys an x-bundle-keys header lists, when it reads, has the CRC of ``summary`` (one whose own
+    CRC matched the members' bytes) and no more keys than a bundle has members; else none (the members
+    are read for them)."""
+    if not header or summary is None:
+        return ()
+    try:
+        listed = _LISTED_KEYS.decode(header)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return ()
+    if listed.records_crc != summary.records_crc or len(listed.keys) > MAX_BUNDLE_RECORDS:
+        return ()
+    return tuple(listed.keys)
+
+
 def _members_cut(value: bytes) -> int | None:
     """Where the members' array starts in a bundle's value: it is the value's last field, as written
     (every field before it a plain value, so the first ``,"records":`` is its; inside a JSON string
@@ -690,7 +753,7 @@ def _size(member: EventBase) -> int:
     value = getattr(member, "wire_value", None)
     if value is None:
         value = encode(member).value
-    return len(value) + 2 * len(member.key) + HEADERS_ALLOWANCE
+    return len(value) + 3 * len(member.key) + HEADERS_ALLOWANCE  # its key: in the member, escaped, and listed
 
 
 HEADERS_ALLOWANCE = 400  # the CloudEvents headers of a member, as JSON text

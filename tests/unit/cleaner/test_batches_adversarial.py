@@ -10,10 +10,12 @@ import threading
 import time
 import uuid
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -27,7 +29,7 @@ from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import base_name, delta_name
-from acidclean.shared.bus.bundle import is_bundle, unpack
+from acidclean.shared.bus.bundle import KEYS_HEADER, BundleKeys, is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import BusError
@@ -566,6 +568,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
     whose outcome the broker does not have; at the end, every vacuum is cleaned, nothing twice."""
 
     bundle_min = 8  # HandlerConfig.bundle_min: the default (a history of few tables makes no bundle)
+    revoke_timeout_s = 60.0  # LoopConfig.revoke_timeout_s: how long a revoke waits for running work
 
     def __init__(self) -> None:
         super().__init__()
@@ -590,14 +593,20 @@ class BatchedLoopMachine(RuleBasedStateMachine):
                 max_queued=3,
                 held_per_partition=2,
                 error_tries=1,
+                revoke_timeout_s=self.revoke_timeout_s,
             ),
             executor=InlineExecutor(),
             metrics=self.rig.metrics,
             clock=self.rig.clock,
+            ack_executor=self.ack_executor(),
         )
         self.loop.subscribe()
         self.partitions = [(V, 0), (V, 1), (D, 0), (D, 1)]
         self.consumer.rebalance_assign(self.partitions)
+
+    def ack_executor(self) -> Executor | None:
+        """Where the loop publishes a batch's outcomes and waits for them (None: the worker itself)."""
+        return None
 
     def _table(self, locked: bool) -> VacuumCommitted:
         index = next(self.tables)
@@ -821,3 +830,92 @@ class MixedBundleLayoutsMachine(BundledLoopMachine):
 
 MixedBundleLayoutsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_mixed_bundle_layout_histories_lose_nothing_and_never_run_early = MixedBundleLayoutsMachine.TestCase
+
+
+class HeldAcknowledgements(Executor):
+    """An ack executor whose tasks (a batch's publish, its wait and its lanes' release) run only when
+    a rule says, in any order: the broker answers batches late and out of order."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        self.immediate = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if self.immediate:
+            return InlineExecutor().submit(fn, *args, **kwargs)
+        self.pending.append((fn, args))
+        return Future()
+
+    def run(self, index: int) -> None:
+        fn, args = self.pending.pop(index % len(self.pending))
+        fn(*args)
+
+
+class LateAcknowledgementsMachine(BundledLoopMachine):
+    """The same histories with each batch's outcomes published and acknowledged on an ack executor,
+    late and in any order, while the worker goes on with the next batches: the lanes of a batch stay
+    busy and its offsets uncommitted until its acknowledgement, whatever the other rules do meanwhile
+    (rebalances and rewinds included)."""
+
+    # A revoke gives up at once on the batches whose acknowledgements have not arrived (this thread
+    # would run them): their records are read again by the partition's next owner.
+    revoke_timeout_s = 0.0
+
+    def ack_executor(self) -> Executor:
+        self.acks = HeldAcknowledgements()
+        return self.acks
+
+    @rule(data=st.data())
+    def an_acknowledgement_arrives(self, data: st.DataObject) -> None:
+        if self.acks.pending:
+            self.acks.run(data.draw(st.integers(0, len(self.acks.pending) - 1)))
+
+    def teardown(self) -> None:
+        self.acks.immediate = True
+        while self.acks.pending:
+            self.acks.run(0)
+        super().teardown()
+
+
+LateAcknowledgementsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_late_acknowledgement_histories_lose_nothing_and_never_run_early = LateAcknowledgementsMachine.TestCase
+
+
+class LyingKeyListsMachine(BundledLoopMachine):
+    """The same histories with bundles whose x-bundle-keys list lies (its CRC forged to match): from
+    when a rule says so, every bundle delivered lists one key fewer, a key of a table it does not carry,
+    or its keys the other way round. A list is only believed to carry a bundle on unread, so every
+    invariant holds and every vacuum is still cleaned, once, and none dead-lettered."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lie = "none"
+
+    @rule(lie=st.sampled_from(["none", "omits_one", "names_another", "reversed"]))
+    def key_lists_lie(self, lie: str) -> None:
+        self.lie = lie
+
+    @rule(count=st.integers(1, 3))
+    def delay_topic_delivers_some(self, count: int) -> None:
+        published = self.rig.bus.records.get(D, [])
+        for index in range(self.delivered, min(len(published), self.delivered + count)):
+            record = published[index]
+            if is_bundle(record.headers) and dict(record.headers).get(KEYS_HEADER):
+                published[index] = dataclasses.replace(record, headers=self._lied(record.headers))
+        super().delay_topic_delivers_some(count)
+
+    def _lied(self, headers: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]:
+        listed = msgspec.json.decode(dict(headers)[KEYS_HEADER], type=BundleKeys)
+        keys = listed.keys
+        if self.lie == "omits_one":
+            keys = keys[1:]
+        elif self.lie == "names_another":
+            keys = [*keys, f"acme/sales.t{next(self.tables)}"]
+        elif self.lie == "reversed":
+            keys = keys[::-1]
+        text = msgspec.json.encode(BundleKeys(listed.records_crc, keys))
+        return tuple((name, text if name == KEYS_HEADER else value) for name, value in headers)
+
+
+LyingKeyListsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_lying_key_list_histories_lose_nothing_and_never_run_early = LyingKeyListsMachine.TestCase

@@ -27,10 +27,13 @@ from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
+from acidclean.shared.bus import bundle as bundle_module
 from acidclean.shared.bus.bundle import (
     BUNDLE_TYPE,
+    KEYS_HEADER,
     SUMMARY_HEADER,
     Bundle,
+    BundleKeys,
     BundleSummary,
     bundle_key,
     bundles_of,
@@ -280,6 +283,100 @@ def test_a_member_whose_lock_is_released_leaves_its_bundle_and_is_cleaned_by_its
     assert all(group.unchanged is not None for group in last)
 
 
+def first_bundle() -> tuple[Rig, FakeConsumer, CleanerLoop, list[int], list[list[str]], RawRecord]:
+    """Every table waiting, two intervals on: their records packed into one bundle, not yet read."""
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 2)
+    [bundle] = bundles(rig)
+    return rig, consumer, loop, seen, ids, bundle
+
+
+def listed_keys_of(record: RawRecord) -> BundleKeys:
+    header = dict(record.headers).get(KEYS_HEADER)
+    assert header is not None
+    return msgspec.json.decode(header, type=BundleKeys)
+
+
+def test_a_bundle_lists_its_members_keys_and_its_whole_carries_never_inflate_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A whole carry needs its members' keys alone: read from the x-bundle-keys header, the compressed
+    members are never inflated, and every table's next record is still known to be in the new bundle."""
+    rig, consumer, loop, seen, _, packed = first_bundle()
+    member_keys = [member.key.decode() for member in unpack_members(packed)]
+    assert listed_keys_of(packed) == BundleKeys(summary_of(packed).records_crc, member_keys)
+    inflated: list[int] = []
+    real_inflate = bundle_module.inflate_members
+
+    def counted(text: bytes | memoryview) -> bytes:
+        inflated.append(len(text))
+        return real_inflate(text)
+
+    monkeypatch.setattr(bundle_module, "inflate_members", counted)
+    cycle(loop, rig, consumer, seen, 3)
+    assert rig.metrics.events.labels("bundle_carried_whole")._value.get() == 3
+    assert inflated == []
+    monkeypatch.undo()
+    carried = bundles(rig)[1:]
+    for record in carried:
+        assert listed_keys_of(record) == listed_keys_of(packed)  # carried on with its members' bytes
+        assert [member.key.decode() for member in unpack_members(record)] == member_keys
+    assert {key: rig.handler.chain_due[key] for key in member_keys} == dict.fromkeys(member_keys, due_of(carried[-1]))
+    assert rig.fs.deleted == [] and dones(rig) == []
+
+
+def test_a_key_list_that_does_not_go_with_the_summary_is_not_used_the_members_keys_are() -> None:
+    *_, packed = first_bundle()
+    real = unpack(packed)
+    assert real is not None
+    for header in (
+        msgspec.json.encode(BundleKeys(summary_of(packed).records_crc + 1, ["acme/sales.t0"])),  # another CRC
+        b'{"records_crc": 1, "keys": "acme/sales.t0"}',  # does not read
+        msgspec.json.encode(BundleKeys(summary_of(packed).records_crc, ["acme/sales.t0"] * 1001)),  # too many
+        b"",
+    ):
+        headers = tuple((n, header if n == KEYS_HEADER else v) for n, v in packed.headers)
+        read = unpack(dataclasses.replace(packed, headers=headers))
+        assert read is not None
+        assert read.listed_keys == real.keys and read.count == TABLES
+    # A bundle of an older cleaner (no list) is carried on with the keys read from its members.
+    headers = tuple((n, v) for n, v in packed.headers if n != KEYS_HEADER)
+    read = unpack(dataclasses.replace(packed, headers=headers))
+    assert read is not None and read.listed_keys == real.keys
+
+
+@pytest.mark.parametrize("forged", ["omits", "adds"])
+def test_a_bundle_whose_key_list_lies_only_delays_every_vacuum_is_still_checked_in_full_and_cleaned(
+    forged: str,
+) -> None:
+    """The key list is only ever believed for a whole carry. One that omits a table or names one that
+    is not in the bundle (its CRC forged to match) cleans nothing early and loses no vacuum: a fresh
+    vacuum of a table it omits, and one of the table it names, are each cleaned once their readers
+    leave, and so is every member."""
+    rig, consumer, loop, seen, ids, good = first_bundle()
+    keys = listed_keys_of(good).keys
+    lie = keys[1:] if forged == "omits" else [*keys, "acme/sales.t9"]
+    header = msgspec.json.encode(BundleKeys(summary_of(good).records_crc, lie))
+    log = consumer.logs[(D, 0)]
+    assert log[-1].value == good.value
+    forged_headers = tuple((n, header if n == KEYS_HEADER else v) for n, v in log[-1].headers)
+    log[-1] = dataclasses.replace(log[-1], headers=forged_headers)
+    rig.metastore.add_table("sales.t9", "file:" + location(9))
+    rig.metastore.take_lock(lock_id(9), "sales.t9")
+    fresh = [fresh_vacuum(rig, 0), fresh_vacuum(rig, 9)]
+    for event in fresh:
+        consumer.append(V, 0, event)
+    cycle(loop, rig, consumer, seen, 3, slices=10)
+    assert rig.fs.deleted == [] and dones(rig) == []  # every reader still holds its lock
+    for index in [*range(TABLES), 9]:
+        rig.metastore.release(lock_id(index))
+    cycle(loop, rig, consumer, seen, 6, slices=10)
+    cleaned = [str(done.correlation_id) for done in dones(rig)]
+    expected = [*(vacuum_id for table in ids for vacuum_id in table), *(str(event.event_id) for event in fresh)]
+    assert sorted(set(cleaned)) == sorted(expected)
+
+
 def test_a_bundle_checked_while_the_metastore_does_not_answer_sends_every_member_to_be_checked_in_full() -> None:
     rig = bundled_rig()
     consumer, loop, seen, ids = started(rig)
@@ -312,10 +409,7 @@ def test_a_bundle_checked_while_the_metastore_does_not_answer_sends_every_member
 
 
 def test_a_bundle_the_broker_does_not_take_is_checked_again_and_nothing_is_lost() -> None:
-    rig = bundled_rig()
-    consumer, loop, seen, ids = started(rig)
-    cycle(loop, rig, consumer, seen, 2)
-    [first] = bundles(rig)
+    rig, consumer, loop, seen, ids, first = first_bundle()
     log = consumer.logs[(D, 0)]
     assert log[-1].value == first.value
     committed = consumer.committed[(D, 0)]
@@ -507,10 +601,7 @@ def test_the_audit_reads_a_bundle_carried_on_whole_as_a_check_of_each_member_not
 
 
 def test_a_group_lingering_past_its_due_time_in_a_bundle_is_never_checked_early() -> None:
-    rig = bundled_rig()
-    consumer, loop, seen, _ids = started(rig)
-    cycle(loop, rig, consumer, seen, 2)
-    [bundle] = bundles(rig)
+    rig, consumer, loop, seen, _ids, bundle = first_bundle()
     due = header_due_at_ms(bundle)
     assert due is not None
     # Run until just before the bundle's due time: nothing new is published for it.

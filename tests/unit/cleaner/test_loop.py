@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -158,6 +163,109 @@ def test_records_written_while_a_head_waits_are_in_hand_at_their_due_time_withou
     assert [consumer.deliveries[(D, 0, offset)] for offset in range(5)] == [1] * 5
     assert consumer.paused == set() and consumer.seeks == [] and not state.reading_ahead
     assert consumer.committed[(D, 0)] == 5
+
+
+def test_a_record_due_before_the_records_held_ahead_of_it_is_handed_over_at_its_own_due_time(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    """Threads and processes publishing at once write a delay partition's due times a little out of
+    order: a record due before the one ahead of it (another table's) is handed over at its own due
+    time, not when the one ahead is due. The committed offset still stays below the record held."""
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 1.0, table="sales.first"))
+    consumer.append(D, 0, envelope(clock, 0.3, table="sales.second"))
+    consumer.append(D, 0, envelope(clock, 0.6, table="sales.third"))
+    start = clock.now_ms()
+    while not handler.handled:
+        loop.step()
+    early = [(offset, at, due) for topic, _, offset, at, due in handler.handled if topic == D]
+    assert [offset for offset, _, _ in early] == [1] and 0 <= early[0][1] - early[0][2] < 60, early
+    assert early[0][2] == start + 300
+    assert consumer.committed.get((D, 0), 0) == 0  # offset 0 is still held
+    run(loop, 400)
+    handled = [(offset, at, due) for topic, _, offset, at, due in handler.handled if topic == D]
+    assert [offset for offset, _, _ in handled] == [1, 2, 0]
+    assert all(0 <= at - due < 60 for _, at, due in handled), handled
+    assert consumer.committed[(D, 0)] == 3
+
+
+def test_a_tables_later_record_due_first_still_waits_for_its_earlier_one(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    """One table's records go in offset order, whatever their due times: the later one is handed over
+    only with or after the earlier one (never before its own due time either)."""
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 1.0))
+    consumer.append(D, 0, envelope(clock, 0.3))  # the same table and partition: the same key
+    consumer.append(D, 0, envelope(clock, 0.5, table="sales.other"))
+    run(loop, 500)
+    handled = [(offset, at, due) for topic, _, offset, at, due in handler.handled if topic == D]
+    assert [offset for offset, _, _ in handled] == [2, 0, 1]
+    (_, other_at, other_due), (_, first_at, first_due), (_, second_at, _) = handled
+    assert 0 <= other_at - other_due < 60 and 0 <= first_at - first_due < 60
+    assert second_at >= first_at
+    assert consumer.committed[(D, 0)] == 3
+    # While the later record waits for the earlier one, the loop does not spin: no poll without a wait.
+    assert 0.0 not in consumer.consume_timeouts
+
+
+class SlowAcknowledgements(StubHandler):
+    """Every outcome waits for its batch's publish, whose acknowledgement comes when ``acked`` is set."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.acked = threading.Event()
+        self.flushing = 0
+        self.flushed = 0
+
+    def handle(self, work: Work, locks: object) -> Outcome:
+        outcome = super().handle(work, locks)
+        return dataclasses.replace(outcome, kind="delayed", deferred=True)
+
+    def flush_batch(self, batch: object) -> None:
+        self.flushing += 1
+        assert self.acked.wait(10)
+        self.flushed += 1
+
+
+def step_until(loop: CleanerLoop, condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        loop.step()
+        time.sleep(0.001)
+
+
+def test_a_worker_checks_the_next_batch_while_the_broker_acknowledges_the_last_whose_records_wait_for_it(
+    consumer: FakeConsumer, clock: FakeClock
+) -> None:
+    """With an ack executor a batch's publish and wait run there: the one worker checks another table's
+    record meanwhile. A table's next record waits until its last one's outcome is acknowledged, and no
+    offset is committed past an unacknowledged outcome."""
+    handler = SlowAcknowledgements(clock)
+    with ThreadPoolExecutor(1) as workers, ThreadPoolExecutor(2) as acks:
+        loop = CleanerLoop(
+            consumer,
+            handler,  # type: ignore[arg-type]
+            LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, workers=1),
+            executor=workers,
+            ack_executor=acks,
+            metrics=CleanerMetrics(),
+            clock=clock,
+        )
+        loop.subscribe()
+        consumer.rebalance_assign([(V, 0), (D, 0)])
+        consumer.append(V, 0, vacuum(table="sales.first"))
+        step_until(loop, lambda: handler.flushing == 1)
+        consumer.append(V, 0, vacuum(table="sales.second"))
+        consumer.append(V, 0, vacuum(table="sales.first"))  # the first table's next record
+        step_until(loop, lambda: handler.flushing == 2)
+        assert handler.offsets(V, 0) == [0, 1]  # the second table checked while the first's publish waits
+        assert handler.flushed == 0 and consumer.committed.get((V, 0), 0) == 0
+        handler.acked.set()
+        step_until(loop, lambda: consumer.committed.get((V, 0)) == 3)
+        assert handler.offsets(V, 0) == [0, 1, 2]  # the first table's next record only once its last was acked
+        loop.shutdown()
 
 
 def test_nothing_is_handed_over_before_its_due_time_and_everything_is_eventually(
