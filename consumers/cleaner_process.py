@@ -188,6 +188,7 @@ class CleanerProcess:
             error_tries=settings.cleanup_error_tries,
             workers=threads,
             batch_tables=self.options.batch_tables,
+            gather_ms=settings.cleanup_bundle_spread_ms,
         )
         # A step blocks at most half a second polling, longer only while a rebalance waits for the
         # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.

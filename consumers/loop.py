@@ -16,7 +16,9 @@ decoded, not counted as seen) and fetched again once half the read-ahead is free
 grow with the number of waiting vacuums. Likewise, once ``max_queued`` records are handed over and
 not finished (a cleaner that cannot keep up, counting those queued in the lanes and those running), a
 partition is paused at its next record and resumed when half of them are finished.
-Nothing is handed over before its due time.
+Nothing is handed over before its due time. A due record of one table alone waits up to ``gather_ms``
+(the bundle spread) for the partition's others due within it, so records written a little apart are
+checked in one batch and go on in one bundle.
 
 Lanes and batches. Handed-over records are queued per table ("lane"); one table is never cleaned by
 two threads at once, while other tables proceed in parallel. Free lanes are dealt, oldest first, to
@@ -188,6 +190,9 @@ class LoopConfig:
     # within an interval are checked on time only if they are read ahead (1 MB held two of them)
     held_bytes: int = 16 << 20
     max_queued: int = 2000  # records handed over and not finished (queued or running), before fetching pauses
+    # A due delay record of one table alone waits up to this for the partition's other such records due
+    # within it, so they are checked in one batch and go on in one bundle (the handler's bundle spread)
+    gather_ms: int = 0
 
 
 @dataclass
@@ -394,7 +399,8 @@ class CleanerLoop:
         if state.held or state.paused_until_ms is not None:
             _keep_held(state, work)
             if state.reading_ahead and state.paused_until_ms is not None and work.due_ms < state.paused_until_ms:
-                state.paused_until_ms = _next_release_ms(state.held)  # due before those ahead of it: see _take_due
+                # due before those ahead of it: see _take_due
+                state.paused_until_ms = _next_release_ms(state.held, self.config.gather_ms)
             return
         if work.due_ms > now:
             self._hold(partition, state, work)
@@ -645,14 +651,14 @@ class CleanerLoop:
         for partition, state in self._states.items():
             if state.paused_until_ms is None or state.paused_until_ms > now or not state.accepting:
                 continue
-            for released in _take_due(state, now):
+            for released in _take_due(state, now, self.config.gather_ms):
                 if isinstance(released.event, WaitingGroup) and self._waits_for_next_record(
                     partition, state, released, now
                 ):
                     continue
                 self._hand_over(partition, state, released, now)
             if state.held:
-                state.paused_until_ms = _next_release_ms(state.held)
+                state.paused_until_ms = _next_release_ms(state.held, self.config.gather_ms)
                 if state.dropping and state.seen_until is not None and self._half_held(state):
                     # Records after the held ones wait unread: read on now, not once the last held one
                     # is due, so they are in hand at their due time (a partition's bundles due within
@@ -1212,44 +1218,68 @@ def _keep_held(state: PartitionState, work: Work) -> None:
         state.held_keys[work.event.key] += 1
 
 
-def _take_due(state: PartitionState, now: int) -> list[Work]:
+def _take_due(state: PartitionState, now: int, gather_ms: int = 0) -> list[Work]:
     """Take the held records due by ``now`` out of ``state.held``, in offset order: each at its own due
     time, not after the records ahead of it. Several threads and processes write to one delay
     partition, each record due one interval after the check that wrote it, so the log's due times are
     a little out of order (by as much as a batch takes to publish): handed over in offset order alone,
     a record waited for a later-due one ahead of it (most of the re-check lateness at 100,000 parked
     vacuums). A table's own records still go in offset order: one waits for its table's earlier record
-    (a bundle carries many tables and is checked on its own)."""
+    (a bundle carries many tables and is checked on its own). See :func:`_release_times` for
+    ``gather_ms``."""
     due: list[Work] = []
     kept: deque[Work] = deque()
-    waiting_tables: set[str] = set()
-    for work in state.held:
-        table_key = _table_key(work)
-        if work.due_ms <= now and (table_key is None or table_key not in waiting_tables):
+    for work, release_ms in zip(state.held, _release_times(state.held, gather_ms), strict=True):
+        if release_ms <= now:
             due.append(work)
             state.held_bytes -= len(work.record.value or b"")
             if isinstance(work.event, WaitingGroup):
                 _unheld_key(state, work.event.key)
         else:
             kept.append(work)
-            if table_key is not None:
-                waiting_tables.add(table_key)
     state.held = kept
     return due
 
 
-def _next_release_ms(held: deque[Work]) -> int:
-    """When :func:`_take_due` next takes one of ``held`` (not empty): the earliest due time, a record
-    counting as due no sooner than its table's earlier records."""
+def _next_release_ms(held: deque[Work], gather_ms: int = 0) -> int:
+    """When :func:`_take_due` next takes one of ``held`` (not empty)."""
+    return min(_release_times(held, gather_ms))
+
+
+def _release_times(held: deque[Work], gather_ms: int) -> list[int]:
+    """When each of ``held`` may be handed over: at its due time, but no sooner than its table's earlier
+    records (a table's records go in offset order).
+
+    ``gather_ms`` > 0: the records due within ``gather_ms`` of the earliest one form a run, handed over
+    together once the last single-table record of the run is due (a bundle never makes the others
+    wait). Records of one table alone, written by different batches a little apart (a slow first
+    fetch, two threads), are then checked in one batch and packed into one bundle; without it they
+    stayed apart for good, each batch with too few to bundle, each due at its own time. The cost is
+    at most ``gather_ms`` of lateness for the run's first records, never an early hand-over."""
     table_ready: dict[str, int] = {}
-    earliest = held[0].due_ms
+    ready: list[int] = []
     for work in held:
         at = work.due_ms
         table_key = _table_key(work)
         if table_key is not None:
             at = table_ready[table_key] = max(at, table_ready.get(table_key, at))
-        earliest = min(earliest, at)
-    return earliest
+        ready.append(at)
+    if gather_ms <= 0:
+        return ready
+    release = list(ready)
+    order = sorted(range(len(held)), key=ready.__getitem__)
+    start = 0
+    while start < len(order):
+        first = ready[order[start]]
+        end, last_alone = start, first
+        while end < len(order) and ready[order[end]] <= first + gather_ms:
+            if not isinstance(held[order[end]].event, WaitingBundle):
+                last_alone = max(last_alone, ready[order[end]])
+            end += 1
+        for index in order[start:end]:
+            release[index] = max(ready[index], last_alone)
+        start = end
+    return release
 
 
 def _table_key(work: Work) -> str | None:

@@ -216,7 +216,9 @@ class Settings(BaseSettings):
         ge=0,
         description="Waiting records of one delay partition go in one bundle only when due within this many ms of "
         "each other (a bundle is due when its last member is). Larger: fewer, bigger bundles, and the first member "
-        "of each is checked again up to this much later than its own due time.",
+        "of each is checked again up to this much later than its own due time. A due record of one table alone "
+        "also waits up to this long for the partition's others due within it, so they are checked in one batch and "
+        "go on in one bundle.",
     )
     cleanup_bundle_compression: Literal["zlib", "none"] = Field(
         "zlib",

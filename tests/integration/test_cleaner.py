@@ -308,18 +308,19 @@ def test_many_waiting_tables_go_on_in_bundles_and_each_is_cleaned_when_its_own_r
     released reader's table leaves the bundle and is cleaned, while the others' files stay.
 
     The bundle spread is the whole interval: the default 10 ms packs only tables checked within 10 ms
-    of each other, and on a slow machine eight checks take longer than that (the bundles are then
-    several, each of the tables checked together)."""
+    of each other, and on a slow machine eight checks take longer than that. The spread is also how
+    long the loop gathers due records of one table each: tables first checked in separate batches (a
+    slow first fetch) are then checked again in one batch and meet in one bundle."""
     settings = cleaner_settings(
         kafka_bootstrap,
         metastore_uri,
         root,
         unique_name,
-        interval_ms=300,
+        interval_ms=500,
         partitions=1,
         threads=1,
         bundle_min=4,
-        bundle_spread_ms=300,
+        bundle_spread_ms=500,
     )
     watcher = Watcher(settings)
     tables = [create_table(metastore, root, f"{unique_name}b{index}") for index in range(8)]

@@ -569,6 +569,8 @@ class BatchedLoopMachine(RuleBasedStateMachine):
 
     bundle_min = 8  # HandlerConfig.bundle_min: the default (a history of few tables makes no bundle)
     revoke_timeout_s = 60.0  # LoopConfig.revoke_timeout_s: how long a revoke waits for running work
+    held_per_partition = 2  # LoopConfig.held_per_partition: records read ahead and kept
+    gather_ms = 0  # LoopConfig.gather_ms: how long a due single-table record waits for others due with it
 
     def __init__(self) -> None:
         super().__init__()
@@ -591,9 +593,10 @@ class BatchedLoopMachine(RuleBasedStateMachine):
                 interval_ms=2000,
                 batch_tables=2,
                 max_queued=3,
-                held_per_partition=2,
+                held_per_partition=self.held_per_partition,
                 error_tries=1,
                 revoke_timeout_s=self.revoke_timeout_s,
+                gather_ms=self.gather_ms,
             ),
             executor=InlineExecutor(),
             metrics=self.rig.metrics,
@@ -791,6 +794,20 @@ class BundledLoopMachine(BatchedLoopMachine):
 
 BundledLoopMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_bundled_loop_histories_lose_nothing_and_never_run_early = BundledLoopMachine.TestCase
+
+
+class GatheringLoopMachine(BatchedLoopMachine):
+    """The same histories with due single-table delay records gathered for most of an interval (their
+    due times spread -1 to 3.5 s) before they are handed over, packed into bundles from two tables on:
+    held records wait for later ones, bundles for singles, while partitions move and publishes fail."""
+
+    bundle_min = 2
+    gather_ms = 1500
+    held_per_partition = 8
+
+
+GatheringLoopMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_gathering_loop_histories_lose_nothing_and_never_run_early = GatheringLoopMachine.TestCase
 
 
 class LateLockListRenewalMachine(BundledLoopMachine):

@@ -6,15 +6,18 @@ import dataclasses
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from acidclean.consumers.bundles import WaitingBundle
 from acidclean.consumers.handler import Outcome, Work
-from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState
+from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState, _release_times
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import IDLE_POLL_CAP_S, delay_envelope
@@ -207,6 +210,84 @@ def test_a_tables_later_record_due_first_still_waits_for_its_earlier_one(
     assert consumer.committed[(D, 0)] == 3
     # While the later record waits for the earlier one, the loop does not spin: no poll without a wait.
     assert 0.0 not in consumer.consume_timeouts
+
+
+class BatchRecordingHandler(StubHandler):
+    """A StubHandler that also records each batch: when it ran, and the tables it took."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.batches: list[tuple[int, int]] = []  # handled at, tables
+
+    def batch(self, tables: int, read_by_ms: int = 0) -> EmptyBatch:
+        self.batches.append((self.clock.now_ms(), tables))
+        return EmptyBatch()
+
+
+def test_single_table_records_due_within_the_gather_are_handed_over_together_in_one_batch(
+    consumer: FakeConsumer, clock: FakeClock
+) -> None:
+    """Records of one table each, written a little apart (a slow first fetch, two threads), are checked
+    in one batch when due within ``gather_ms`` of the first: the handler can then bundle them. None is
+    handed over before its own due time, none later than the run's first plus ``gather_ms``; one due
+    after the gather goes at its own time."""
+    handler = BatchRecordingHandler(clock)
+    loop = CleanerLoop(
+        consumer,
+        handler,  # type: ignore[arg-type]
+        LoopConfig(vacuum_topic=V, delay_topic=D, tenant="acme", cleaner_id="c1", interval_ms=2000, gather_ms=100),
+        executor=InlineExecutor(),
+        metrics=CleanerMetrics(),
+        clock=clock,
+    )
+    loop.subscribe()
+    consumer.rebalance_assign([(V, 0), (V, 1), (D, 0), (D, 1)])
+    start = clock.now_ms()
+    for table, due_in_s in (("sales.a", 0.38), ("sales.b", 0.3), ("sales.c", 0.35), ("sales.d", 0.6)):
+        consumer.append(D, 0, envelope(clock, due_in_s, table=table))
+    run(loop, 400)
+    handled = {offset: (at, due) for topic, _, offset, at, due in handler.handled if topic == D}
+    assert sorted(handled) == [0, 1, 2, 3]
+    assert all(at >= due for at, due in handled.values()), handled
+    together = {handled[offset][0] for offset in (0, 1, 2)}
+    assert len(together) == 1 and start + 380 <= together.pop() < start + 400 + 60, handled
+    assert 0 <= handled[3][0] - handled[3][1] < 60, handled
+    assert [tables for _, tables in handler.batches] == [3, 1]
+    assert consumer.committed[(D, 0)] == 4
+
+
+def test_without_a_gather_each_record_goes_at_its_own_due_time(consumer: FakeConsumer, clock: FakeClock) -> None:
+    """The same records with ``gather_ms`` 0 (the loop's default): three batches, each on time."""
+    handler = BatchRecordingHandler(clock)
+    loop = make_loop(consumer, handler, clock)
+    for table, due_in_s in (("sales.a", 0.38), ("sales.b", 0.3), ("sales.c", 0.6)):
+        consumer.append(D, 0, envelope(clock, due_in_s, table=table))
+    run(loop, 400)
+    assert all(0 <= at - due < 60 for topic, _, _, at, due in handler.handled if topic == D), handler.handled
+    assert len(handler.batches) == 3
+
+
+def held_work(due_ms: int, key: bytes | None, bundle: bool = False) -> Any:
+    event = object.__new__(WaitingBundle) if bundle else object()
+    return SimpleNamespace(due_ms=due_ms, record=SimpleNamespace(key=key), event=event)
+
+
+def test_a_bundle_waits_for_the_single_records_due_with_it_but_never_makes_them_wait() -> None:
+    """The release times of held records under a gather of 100 ms: a bundle due first goes with the
+    single-table record due 40 ms after it; a single due before a bundle goes at its own time; a
+    table's later record never goes before its earlier one; nothing goes before its due time."""
+    held = deque(
+        [
+            held_work(1000, None, bundle=True),
+            held_work(1040, b"acme/sales.a"),
+            held_work(2000, b"acme/sales.b"),
+            held_work(2050, None, bundle=True),
+            held_work(3000, b"acme/sales.c"),
+            held_work(2900, b"acme/sales.c"),  # the table's later record, due first
+        ]
+    )
+    assert _release_times(held, 100) == [1040, 1040, 2000, 2050, 3000, 3000]
+    assert _release_times(held, 0) == [1000, 1040, 2000, 2050, 3000, 3000]
 
 
 class SlowAcknowledgements(StubHandler):
