@@ -399,8 +399,9 @@ class CleanerLoop:
         if state.held or state.paused_until_ms is not None:
             _keep_held(state, work)
             if state.reading_ahead and state.paused_until_ms is not None and work.due_ms < state.paused_until_ms:
-                # due before those ahead of it: see _take_due
-                state.paused_until_ms = _next_release_ms(state.held, self.config.gather_ms)
+                # due before those ahead of it (see _take_due): wake then, and _release_due decides (a
+                # table's order or a gather may keep it), instead of working out every release per read
+                state.paused_until_ms = work.due_ms
             return
         if work.due_ms > now:
             self._hold(partition, state, work)
@@ -1252,8 +1253,9 @@ def _release_times(held: deque[Work], gather_ms: int) -> list[int]:
 
     ``gather_ms`` > 0: the records due within ``gather_ms`` of the earliest one form a run, handed over
     together once the last single-table record of the run is due (a bundle never makes the others
-    wait). Records of one table alone, written by different batches a little apart (a slow first
-    fetch, two threads), are then checked in one batch and packed into one bundle; without it they
+    wait); the records after the run go at their own times until they are the run. Records of one
+    table alone, written by different batches a little apart (a slow first fetch, two threads), are
+    then checked in one batch and packed into one bundle; without it they
     stayed apart for good, each batch with too few to bundle, each due at its own time. The cost is
     at most ``gather_ms`` of lateness for the run's first records, never an early hand-over."""
     table_ready: dict[str, int] = {}
@@ -1264,22 +1266,15 @@ def _release_times(held: deque[Work], gather_ms: int) -> list[int]:
         if table_key is not None:
             at = table_ready[table_key] = max(at, table_ready.get(table_key, at))
         ready.append(at)
-    if gather_ms <= 0:
+    if gather_ms <= 0 or not ready:
         return ready
-    release = list(ready)
-    order = sorted(range(len(held)), key=ready.__getitem__)
-    start = 0
-    while start < len(order):
-        first = ready[order[start]]
-        end, last_alone = start, first
-        while end < len(order) and ready[order[end]] <= first + gather_ms:
-            if not isinstance(held[order[end]].event, WaitingBundle):
-                last_alone = max(last_alone, ready[order[end]])
-            end += 1
-        for index in order[start:end]:
-            release[index] = max(ready[index], last_alone)
-        start = end
-    return release
+    # Only the first run matters (what is handed over next): one pass, no sort, for every wake-up.
+    window_end = min(ready) + gather_ms
+    last_alone = min(ready)
+    for work, at in zip(held, ready, strict=True):
+        if at <= window_end and not isinstance(work.event, WaitingBundle):
+            last_alone = max(last_alone, at)
+    return [max(at, last_alone) if at <= window_end else at for at in ready]
 
 
 def _table_key(work: Work) -> str | None:
