@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from acidclean.consumers.logs import log
+from acidclean.consumers.logs import flush_logs, log
 from acidclean.shared.errors import ConfigurationError
 
 LOGGER = logging.getLogger("acidclean.cleaner")
@@ -47,7 +46,7 @@ class KillAt:
     def reached(self, point: CrashPoint) -> None:
         if point == self.point:
             log(LOGGER, logging.WARNING, f"crash hook: SIGKILL at {point}", crash_at=point)
-            sys.stderr.flush()
+            flush_logs()
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from acidclean.shared.logs import LOGGER_NAME, JsonLineFormatter, configure_json_logging, log
+from acidclean.shared.logs import LOGGER_NAME, JsonLineFormatter, configure_json_logging, flush_logs, log
 
-__all__ = ["LOGGER_NAME", "JsonLineFormatter", "configure_json_logging", "log"]
+__all__ = ["LOGGER_NAME", "JsonLineFormatter", "configure_json_logging", "flush_logs", "log"]

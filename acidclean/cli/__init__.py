@@ -23,6 +23,7 @@ import click
 
 from acidclean.schemas.common import TABLE_PATTERN
 from acidclean.shared.errors import AcidCleanError, ConfigurationError
+from acidclean.shared.logs import flush_logs
 
 EXIT_DONE = 0
 EXIT_FAILED = 1  # an AcidCleanError other than a configuration error, a refusal, a service down
@@ -94,6 +95,7 @@ class InterruptWatchdog:
                 self._seen.set()
         time.sleep(self._grace_s)
         self.report()
+        flush_logs()
         os._exit(EXIT_INTERRUPTED)  # past the grace: threads blocked in C would hold up a normal exit
 
     def seen(self) -> bool:

@@ -16,7 +16,7 @@ from acidclean.cli import examples
 from acidclean.cli.context import command_settings
 from acidclean.consumers.cleaner_process import CleanerOptions, CleanerProcess
 from acidclean.consumers.crash_points import crash_points_from_env
-from acidclean.consumers.logs import configure_json_logging
+from acidclean.consumers.logs import configure_json_logging, flush_logs
 
 
 @click.command(
@@ -108,6 +108,7 @@ def cleaner(
     process.run()
     if process.loop.abandoned_close:
         # The Kafka client still waits for a broker that is gone; its teardown at interpreter exit would too.
+        flush_logs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

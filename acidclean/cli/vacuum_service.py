@@ -13,7 +13,7 @@ import click
 
 from acidclean.cli import examples, require_extra
 from acidclean.cli.context import command_settings
-from acidclean.shared.logs import configure_json_logging
+from acidclean.shared.logs import configure_json_logging, flush_logs
 
 
 @click.command(
@@ -81,6 +81,7 @@ def vacuum_service(
     service.run()
     if service.abandoned_close:
         # A vacuum still runs in Spark, or the broker did not take the final commit: leave without them.
+        flush_logs()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)
