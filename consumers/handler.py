@@ -286,7 +286,13 @@ class LockView:
                 except MetastoreError:
                     self._handler.forget_lock_view(self)
                     raise
+                self._handler.lock_view_answered(self)
             return self._locks
+
+    @property
+    def answered(self) -> bool:
+        """Whether its lock list has come back."""
+        return self._locks is not None
 
     def lock_ids(self) -> frozenset[int]:
         """The ids of every lock, as a set built once (each bundle's check asks for it)."""
@@ -688,6 +694,7 @@ class CleanupHandler:
         # A lock list shared by the batches that start while it is fresh (see lock_view_max_age_ms).
         self._base_view_age_ms = min(config.interval_ms // 4, 1000)
         self._view: LockView | None = None
+        self._answered: LockView | None = None  # the newest view whose lock list has come back
         self._view_lock = threading.Lock()
         self._refreshing = False
         self.tables_per_lock_view = 0  # tables the last replaced lock list answered
@@ -724,6 +731,16 @@ class CleanupHandler:
             view = self._view
             now = self._now_ms()
             if view is not None and view.asked_ms > read_by_ms and self._serves(view, now):
+                answered = self._answered
+                if (
+                    not view.answered
+                    and answered is not None
+                    and answered.asked_ms > read_by_ms
+                    and self._serves(answered, now)
+                ):
+                    # The newest list is still being asked for (a batch of events read after the last
+                    # one came back): a batch that the last one answers does not wait for it.
+                    return answered
                 max_age, cost = self.lock_view_max_age_ms, self._unfiltered_ms()
                 renew_at = max(max_age // 4, max_age - 2 * cost)
                 if cost >= SLOW_SHOW_LOCKS_MS and now - view.asked_ms > renew_at and not self._refreshing:
@@ -809,6 +826,12 @@ class CleanupHandler:
         """Drop ``view`` (one of its calls failed): the next batch asks again."""
         if self._view is view:
             self._view = None
+
+    def lock_view_answered(self, view: LockView) -> None:
+        """``view``'s lock list came back: it answers batches while a newer one is asked for."""
+        with self._view_lock:
+            if self._answered is None or self._answered.asked_ms <= view.asked_ms:
+                self._answered = view
 
     def has_lock_view(self, read_by_ms: int) -> bool:
         """Whether :meth:`lock_view` would answer without asking the metastore."""

@@ -714,6 +714,42 @@ def test_a_slow_lock_list_whose_renewal_is_late_keeps_serving_until_it_lands_but
     assert rig.metastore.calls["show_locks"] == asked + 2 and not rig.handler._refreshing
 
 
+def test_a_batch_the_last_answered_lock_list_serves_does_not_wait_for_a_newer_one_being_asked() -> None:
+    """Fresh vacuums read after the last list was asked need a newer one; while that call is under way
+    (hundreds of ms at 10,000 locks), a batch of records the last answered list serves (its own check
+    an interval ago) takes that one instead of waiting for the call; once the newer list is back, it
+    serves both."""
+    rig = Rig()
+    answer, entered = threading.Event(), threading.Event()
+    ask = rig.metastore.show_locks
+
+    def slow_for_fresh_events(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "fresh-batch":
+            entered.set()
+            assert answer.wait(10)
+        return ask(*args, **kwargs)
+
+    rig.metastore.show_locks = slow_for_fresh_events  # type: ignore[method-assign]
+    checked = rig.clock.now_ms() - 1
+    answered = rig.handler.lock_view(checked)
+    answered.all_locks()
+    rig.clock.advance(0.01)
+    fresh_read = rig.clock.now_ms()
+    rig.clock.advance(0.01)
+    fresh = threading.Thread(target=lambda: rig.handler.lock_view(fresh_read).all_locks(), name="fresh-batch")
+    fresh.start()
+    try:
+        assert entered.wait(10)
+        newer = rig.handler.lock_view(fresh_read)
+        assert newer is not answered and not newer.answered  # the fresh batch's call, under way
+        assert rig.handler.lock_view(checked) is answered  # served at once, no wait for that call
+    finally:
+        answer.set()
+        fresh.join(10)
+    assert newer.answered and rig.handler.lock_view(checked) is newer
+    assert rig.metastore.calls["show_locks"] == 2
+
+
 def hang_renewals(rig: Rig) -> tuple[threading.Event, threading.Event]:
     """Make the background renewals of ``rig``'s lock list hang: until the first event is set, once
     the second says one has started."""
