@@ -190,11 +190,6 @@ class LoopConfig:
     # within an interval are checked on time only if they are read ahead (1 MB held two of them)
     held_bytes: int = 16 << 20
     max_queued: int = 2000  # records handed over and not finished (queued or running), before fetching pauses
-    # Fresh vacuums waiting to join their table's next delay record, before the vacuum topic pauses. They
-    # are a decoded event each and cost no work until their record comes; counted against max_queued,
-    # at most 2,000 joined per cycle of the delay records, and a cleaner behind (its cycle seconds
-    # longer than an interval) took in 90,000 fresh vacuums of 10,000 waiting tables at 55-260 a second.
-    max_joining: int = 10_000
     # A due delay record of one table alone waits up to this for the partition's other such records due
     # within it, so they are checked in one batch and go on in one bundle (the handler's bundle spread)
     gather_ms: int = 0
@@ -382,7 +377,7 @@ class CleanerLoop:
             state.dropping = True
             return
         new_work = partition[0] != self.config.delay_topic
-        if state.paused_until_ms is None and not self._has_room(new_work, 1):
+        if state.paused_until_ms is None and self._outstanding(new_work) >= self.config.max_queued:
             # Overloaded: stop reading this partition at this record until the lanes drain, so the
             # memory of a cleaner that cannot keep up does not grow with its backlog.
             topic, number = partition
@@ -629,30 +624,23 @@ class CleanerLoop:
                 self._lanes.setdefault(joiner.lane, _Lane()).queue.append(joiner)
         self._joiners_due_ms = first_left
 
-    def _has_room(self, new_work: bool, share: float) -> bool:
-        """Whether fewer than ``share`` of ``max_queued`` records are handed over and not finished
-        (queued in the lanes or running in a batch), and for ``new_work`` (a fresh vacuum) fewer than
-        that share of ``max_joining`` fresh vacuums wait to join their key's delay record."""
-        handed, fresh_joiners = self._outstanding()
-        config = self.config
-        if handed >= share * config.max_queued:
-            return False
-        return not new_work or fresh_joiners < share * config.max_joining
-
-    def _outstanding(self) -> tuple[int, int]:
-        """Records handed over and not finished, and fresh vacuums waiting to join their key's record."""
+    def _outstanding(self, new_work: bool = True) -> int:
+        """Records handed over and not finished (queued in the lanes or running in a batch), and for
+        ``new_work`` (a fresh vacuum) the fresh vacuums waiting to join their key's delay record too."""
         handed, fresh_joiners = 0, 0
         for partition, state in self._states.items():
             handed += len(state.in_flight) - state.joiners
             if partition[0] != self.config.delay_topic:
                 fresh_joiners += state.joiners
-        return handed, fresh_joiners
+        return handed + fresh_joiners if new_work else handed
 
     def _resume_backlogged(self) -> None:
         backlogged = [(partition, state) for partition, state in self._states.items() if state.backlogged]
         if not backlogged:
             return
-        room = {new_work: self._has_room(new_work, 0.5) for new_work in (False, True)}
+        limit = self.config.max_queued // 2
+        room = {False: self._outstanding(False) <= limit}
+        room[True] = room[False] and self._outstanding(True) <= limit
         for partition, state in backlogged:
             if state.accepting and room[partition[0] != self.config.delay_topic]:
                 state.backlogged = state.dropping = False

@@ -548,11 +548,11 @@ def test_a_record_waiting_for_a_later_one_that_never_comes_is_checked_alone_afte
 
 def test_fresh_vacuums_waiting_for_their_keys_records_do_not_stop_those_records_from_being_read() -> None:
     """Fresh vacuums of waiting tables wait to join their tables' delay records; when they fill
-    ``max_joining`` they stop more fresh vacuums from being read, but not the delay records they wait
+    ``max_queued`` they stop more fresh vacuums from being read, but not the delay records they wait
     for (else each would wait out its deadline and be parked alone, as a 100,000-vacuum burst was)."""
     rig = Rig()
     consumer = FakeConsumer(rig.clock)
-    loop = loop_over(rig, consumer, max_queued=2, max_joining=2)
+    loop = loop_over(rig, consumer, max_queued=2)
     for event in waiting_on_tables(rig, 3, 0):
         consumer.append(V, 0, event)
     run_for(loop, rig, 0.5)
@@ -575,35 +575,6 @@ def test_fresh_vacuums_waiting_for_their_keys_records_do_not_stop_those_records_
         assert group.occurred_at >= min(event.due_at for event in first)  # never early
     assert not [event for event in envelopes(rig)[3:] if event.table in {group.table for group in together}]
     assert rig.fs.deleted == []
-
-
-def test_fresh_vacuums_joining_their_tables_records_are_bounded_by_max_joining_not_max_queued() -> None:
-    """Joiners cost no work until their table's record comes: with ``max_queued`` 2 and ``max_joining``
-    10, all three fresh vacuums are read and join (at most 2,000 joined a cycle of the delay records,
-    and a cleaner behind took in a burst of 90,000 at 55-260 a second)."""
-    rig = Rig()
-    consumer = FakeConsumer(rig.clock)
-    loop = loop_over(rig, consumer, max_queued=2, max_joining=10)
-    for event in waiting_on_tables(rig, 3, 0):
-        consumer.append(V, 0, event)
-    run_for(loop, rig, 0.5)
-    first = envelopes(rig)
-    fresh = waiting_on_tables(rig, 3, 1)
-    for event in fresh:
-        consumer.append(V, 0, event)
-    run_for(loop, rig, 0.5)
-    assert len(rig.published(D)) == 3  # all three wait to join, none checked alone
-    rig.clock.advance((max(event.due_at for event in first) - rig.clock.now()).total_seconds() + 0.1)
-    append_delays(consumer, rig, first)
-    run_for(loop, rig, 0.3)
-    together = groups(rig)
-    assert len(together) == 3
-    for group in together:
-        members = {item.vacuum.event_id for item in group.waiting}
-        table_events = [event for event in [*first, *fresh] if event.table == group.table]
-        assert members == {getattr(event, "vacuum", event).event_id for event in table_events}
-        assert group.occurred_at >= min(event.due_at for event in first)  # never early
-    assert consumer.committed[(V, 0)] == 6 and rig.fs.deleted == []
 
 
 def test_records_read_back_long_after_their_check_are_answered_by_a_list_asked_after_that_check() -> None:

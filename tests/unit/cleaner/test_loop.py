@@ -644,7 +644,7 @@ def test_a_cleaner_that_cannot_keep_up_stops_reading_until_its_lanes_drain_and_l
             self.queued: list[int] = []
 
         def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            self.queued.append(loop._outstanding()[0])
+            self.queued.append(loop._outstanding())
             return super().submit(fn, *args, **kwargs)
 
     executor = CountingExecutor()
