@@ -25,10 +25,11 @@ def anon_kb():
         if line.startswith("RssAnon:"):
             return int(line.split()[1])
 
+large, small = int(sys.argv[1]), int(sys.argv[2])
 kept, buffers = [], []
 for index in range(2000):
-    buffers.append(b"x" * 100_000)  # written: every page resident
-    kept.append(b"k" * 1000)
+    buffers.append(b"x" * large)  # written: every page resident
+    kept.append(b"k" * small)  # a size known only at run time: b"k" * 1000 is one folded constant
 del buffers
 before = anon_kb()
 released = release_free_memory()
@@ -39,7 +40,7 @@ print(before, anon_kb(), released)
 @pytest.mark.skipif(memory_release._TRIM is None, reason="the C library has no malloc_trim (not glibc)")
 def test_memory_freed_in_holes_of_the_heap_goes_back_to_the_system() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", FRAGMENTED_THEN_RELEASED], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", FRAGMENTED_THEN_RELEASED, "100000", "1000"], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     before_kb, after_kb, released = result.stdout.split()

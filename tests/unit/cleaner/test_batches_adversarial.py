@@ -289,7 +289,7 @@ def test_a_transaction_commit_in_a_batch_waits_for_an_older_transaction_locked_e
     rig.fs.add_acid_dirs(LOCATION, [delta_name(4, 4, 0), delta_name(5, 5, 0), through_59])
     rig.metastore.open_txns = [48]
     reader = rig.metastore.take_lock(31, "other.table", acquired_at=T0 + timedelta(seconds=30))
-    rig.metastore.locks = [dataclasses.replace(reader, txn_id=48)]
+    rig.metastore.locks = [reader._replace(txn_id=48)]
     first = add_table(rig, 1, next_txn_id=60)  # renamed: no wait with the rule off
     visible = vacuum(
         new_directories=[through_59],

@@ -3,7 +3,6 @@ obsolete), ``_vT`` visibility, forged events, empty snapshots and readers that t
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -213,7 +212,7 @@ def test_a_transaction_commit_waits_for_older_transactions_even_with_the_rule_tu
     rig.fs.add_acid_dirs(LOCATION, [D4, D5, committed_through_59])
     rig.metastore.open_txns = [48]
     reader = rig.metastore.take_lock(31, "sales.orders", acquired_at=T0 + timedelta(seconds=30))
-    rig.metastore.locks = [dataclasses.replace(reader, txn_id=48)]  # it locked after the snapshot
+    rig.metastore.locks = [reader._replace(txn_id=48)]  # it locked after the snapshot
     event = vacuum(
         new_directories=[committed_through_59],
         obsolete_directories=[D4, D5],
@@ -236,7 +235,7 @@ def test_a_reader_locked_on_another_table_does_not_hold_this_tables_cleanup() ->
     rig.fs.add_acid_dirs(LOCATION, [D4, D5, D45])
     rig.metastore.open_txns = [48, 49]
     reader_elsewhere = rig.metastore.take_lock(31, "other.table")
-    rig.metastore.locks = [dataclasses.replace(reader_elsewhere, txn_id=48)]
+    rig.metastore.locks = [reader_elsewhere._replace(txn_id=48)]
     event = vacuum(
         new_directories=[D45], obsolete_directories=[D4, D5], highest_write_id=5, lock_snapshot=[], next_txn_id=60
     )
