@@ -103,6 +103,7 @@ def cleaner(
         batch_tables=batch_tables,
         tune_gc=True,
         release_memory=True,
+        short_thread_switches=True,
     )
     process = CleanerProcess(settings, options)
     process.run()
