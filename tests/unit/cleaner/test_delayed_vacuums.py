@@ -691,16 +691,7 @@ def test_a_batch_the_last_answered_lock_list_serves_does_not_wait_for_a_newer_on
     an interval ago) takes that one instead of waiting for the call; once the newer list is back, it
     serves both."""
     rig = Rig()
-    answer, entered = threading.Event(), threading.Event()
-    ask = rig.metastore.show_locks
-
-    def slow_for_fresh_events(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name == "fresh-batch":
-            entered.set()
-            assert answer.wait(10)
-        return ask(*args, **kwargs)
-
-    rig.metastore.show_locks = slow_for_fresh_events  # type: ignore[method-assign]
+    answer, entered = hang_renewals(rig, thread="fresh-batch")
     checked = rig.clock.now_ms() - 1
     answered = rig.handler.lock_view(checked)
     answered.all_locks()
@@ -721,14 +712,15 @@ def test_a_batch_the_last_answered_lock_list_serves_does_not_wait_for_a_newer_on
     assert rig.metastore.calls["show_locks"] == 2
 
 
-def hang_renewals(rig: Rig) -> tuple[threading.Event, threading.Event]:
-    """Make the background renewals of ``rig``'s lock list hang: until the first event is set, once
-    the second says one has started."""
+def hang_renewals(rig: Rig, thread: str = "lock-view") -> tuple[threading.Event, threading.Event]:
+    """Make the ``show_locks`` calls of ``rig``'s metastore from the thread named ``thread`` (the
+    background renewals by default) hang: until the first event is set, once the second says one has
+    started."""
     answer, entered = threading.Event(), threading.Event()
     ask = rig.metastore.show_locks
 
     def hanging_show_locks(*args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name == "lock-view":
+        if threading.current_thread().name == thread:
             entered.set()
             assert answer.wait(10)
         return ask(*args, **kwargs)
