@@ -111,6 +111,7 @@ from acidclean.shared.bus.bundle import (
     carried_on,
     republished,
     summary_of_members,
+    whole_carry_refused,
 )
 from acidclean.shared.bus.codec import decode, due_at_ms, fit_field, header_due_at_ms, reject
 from acidclean.shared.bus.protocol import EventBus
@@ -1412,17 +1413,16 @@ class CleanupHandler:
         source = (str(bundle.event_id),)
         partition = work.record.partition
         whole = None
-        if (
-            held is not None
-            and not bundle.spill
-            and not bundle.riders
-            and not batch.shared_keys & bundle.listed_member_keys()
-        ):
+        refused = self._whole_carry_refused(bundle, batch, held, now)
+        if refused is None:
+            assert held is not None
             due_ms = due_at_ms(due)
             max_wait = self.config.max_wait_s
             whole = carried_on(
                 bundle, partition=partition, held_ids=held, checked_at=now, due_at_ms=due_ms, max_wait_s=max_wait
             )
+        else:
+            self._metrics.bundles_by_member.labels(refused).inc()
         if whole is not None:
             keys = whole.keys
             batch.bundles.append(_BundleCheck(partition, source[0], [], [], whole=whole, keys=keys))
@@ -1469,6 +1469,23 @@ class CleanupHandler:
             read_by = datetime.fromtimestamp(max(batch.check.read_by_ms, required) / 1000, timezone.utc)
             self._remember_checks([(item, read_by) for item in spilled])
         return self._bundle_checked(batch, own_batch, shell)
+
+    def _whole_carry_refused(
+        self, bundle: WaitingBundle, batch: OutcomeBatch, held: frozenset[int] | None, now: datetime
+    ) -> str | None:
+        """Why this check must read ``bundle``'s members one by one (None: it may carry it on whole):
+        no lock list, members its table's lanes wait to check with them (``spill``), fresh vacuums
+        riding with it (``riders``), a table the batch also sees in another record (``shared_keys``),
+        or what :func:`whole_carry_refused` finds in its summary."""
+        if held is None:
+            return "no_lock_list"
+        if bundle.spill:
+            return "spill"
+        if bundle.riders:
+            return "riders"
+        if batch.shared_keys & bundle.listed_member_keys():
+            return "shared_keys"
+        return whole_carry_refused(bundle, held_ids=held, checked_at=now, max_wait_s=self.config.max_wait_s)
 
     def _refuse_unread_bundle(self, work: Work, locks: TableLockCheck, error: ValueError) -> Outcome:
         """Dead-letter a bundle whose members do not read, with its raw bytes: nothing of it is carried on

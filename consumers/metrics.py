@@ -44,6 +44,16 @@ class CleanerMetrics:
             ["outcome"],
             registry=r,
         )
+        self.bundles_by_member = Counter(
+            "acidclean_cleaner_bundles_checked_by_member",
+            "Bundle checks that read their members one by one instead of carrying the bundle on whole, by "
+            "reason (no_lock_list, spill: records of its tables wait to be checked with them, riders: fresh "
+            "vacuums of its tables ride with it, shared_keys: a table of it is also in another record of the "
+            "batch, no_summary, no_carries_left, no_keys, max_wait, lock_gone). A steady state of held locks "
+            "should show few: each costs a read of every member.",
+            ["reason"],
+            registry=r,
+        )
         self.requeues = Counter(
             "acidclean_cleaner_requeues", "Delay envelopes published (locks still held).", registry=r
         )

@@ -340,6 +340,32 @@ class CarriableBundle(Protocol):
     def compressed(self) -> bool: ...
 
 
+def whole_carry_refused(
+    bundle: CarriableBundle, *, held_ids: AbstractSet[int], checked_at: datetime, max_wait_s: float
+) -> str | None:
+    """Why a check that found ``held_ids`` listed may not carry ``bundle`` on whole (its members must
+    then be checked one by one), or None when it may: ``no_summary`` (a member does not wait on
+    snapshot locks alone), ``no_carries_left`` (a member's entries are due to be read in full),
+    ``no_keys`` (its key list is missing, or does not match its members), ``max_wait`` (its oldest
+    vacuum is at the max wait) or ``lock_gone`` (a lock of its summary is no longer listed)."""
+    summary, records = bundle.summary, bundle.records
+    if summary is None or records is None:
+        return "no_summary"
+    if summary.carries_left <= 0:
+        return "no_carries_left"
+    try:
+        keys = bundle.listed_keys
+    except ValueError:
+        return "no_keys"  # its members do not read: its check refuses it
+    if not keys:
+        return "no_keys"
+    if (checked_at - _moment(summary.oldest_commit)).total_seconds() >= max_wait_s:
+        return "max_wait"
+    if not all(lock_id in held_ids for lock_id in summary.lock_ids):
+        return "lock_gone"
+    return None
+
+
 def carried_on(
     bundle: CarriableBundle,
     *,
@@ -355,19 +381,10 @@ def carried_on(
     by a full check). Its id is derived from the bundle's, so a replay of the same check publishes the
     same id. Only ever "still waiting": whatever its members are, they are read in full by the checks
     that may clean them."""
-    summary, records = bundle.summary, bundle.records
-    if summary is None or records is None or summary.carries_left <= 0:
+    if whole_carry_refused(bundle, held_ids=held_ids, checked_at=checked_at, max_wait_s=max_wait_s) is not None:
         return None
-    try:
-        keys = bundle.listed_keys
-    except ValueError:
-        return None  # its members do not read: its check refuses it
-    if not keys:
-        return None
-    if (checked_at - _moment(summary.oldest_commit)).total_seconds() >= max_wait_s:
-        return None
-    if not all(lock_id in held_ids for lock_id in summary.lock_ids):
-        return None
+    summary, records, keys = bundle.summary, bundle.records, bundle.listed_keys
+    assert summary is not None and records is not None
     return CarriedBundle(
         event_id=uuid.uuid5(bundle.event_id, "carried-whole"),
         tenant=bundle.tenant,

@@ -28,6 +28,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,6 +103,27 @@ def scrape(port: int, name: str) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     return 0.0
+
+
+def scrape_by_label(port: int, name: str) -> dict[str, float]:
+    """A labelled counter's values by its one label's value."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            label = line[line.index('"') + 1 : line.rindex('"')]
+            values[label] = float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def counts_by_label(cleaners: Sequence[tuple[object, int]], name: str) -> Counter[str]:
+    """A labelled counter summed over the cleaners."""
+    total: Counter[str] = Counter()
+    for _, port in cleaners:
+        total.update(scrape_by_label(port, name))
+    return total
 
 
 class HeaderWatcher(threading.Thread):
@@ -350,6 +372,8 @@ def measure(
     carried_before = sum(scrape(port, carried) for _, port in cleaners)
     spilled_before = sum(scrape(port, spilled) for _, port in cleaners)
     taken_before = [sum(scrape(port, name) for _, port in cleaners) for name in taken]
+    by_member = "acidclean_cleaner_bundles_checked_by_member_total"
+    by_member_before = counts_by_label(cleaners, by_member)
     processes = {f"cleaner{number}": cleaner.process.pid for number, (cleaner, _) in enumerate(cleaners)}
     cpu = CpuWindow(processes | services | {"bench": os.getpid()}).start()
     start = time.time()
@@ -366,6 +390,11 @@ def measure(
         (sum(scrape(port, name) for _, port in cleaners) - before_count) / WINDOW_INTERVALS
         for name, before_count in zip(taken, taken_before, strict=True)
     )
+    by_member_counts = counts_by_label(cleaners, by_member)
+    by_member_counts.subtract(by_member_before)
+    reasons = ", ".join(
+        f"{reason} {count / WINDOW_INTERVALS:,.0f}" for reason, count in by_member_counts.most_common() if count
+    )
     rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
     early = [late for late in samples if late < 0]
     per_interval = len(samples) / WINDOW_INTERVALS
@@ -374,7 +403,8 @@ def measure(
         f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} delay records re-checked/interval carrying "
         f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread / WINDOW_INTERVALS:,.0f} carried unread) in "
         f"{kafka_records:,.0f} Kafka records ({bundles:,.0f} bundles; {spills:,.0f} bundle members sent out alone; "
-        f"fresh vacuums {joined:,.0f} taken in by bundle checks, {rejoined:,.0f} handed back to their lanes): "
+        f"fresh vacuums {joined:,.0f} taken in by bundle checks, {rejoined:,.0f} handed back to their lanes; "
+        f"bundles checked member by member/interval: {reasons or 'none'}): "
         "lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "

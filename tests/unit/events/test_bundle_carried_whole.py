@@ -20,6 +20,7 @@ from acidclean.shared.bus.bundle import (
     carried_on,
     summary_of_members,
     unpack,
+    whole_carry_refused,
 )
 from acidclean.shared.bus.records import OutgoingRecord, RawRecord
 
@@ -90,20 +91,22 @@ def test_a_bundle_whose_locks_are_all_listed_is_carried_on_with_the_same_member_
 
 
 @pytest.mark.parametrize(
-    ("held", "checked_at", "why"),
+    ("held", "checked_at", "reason", "why"),
     [
-        ({1, 2}, NOW, "lock 3 is gone: a member may be ready"),
-        (set(), NOW, "no lock listed"),
-        ({1, 2, 3}, NOW + timedelta(hours=1), "a vacuum near the max wait: its full check counts it stuck"),
+        ({1, 2}, NOW, "lock_gone", "lock 3 is gone: a member may be ready"),
+        (set(), NOW, "lock_gone", "no lock listed"),
+        ({1, 2, 3}, NOW + timedelta(hours=1), "max_wait", "a vacuum near the max wait: its full check counts it stuck"),
     ],
 )
 def test_a_bundle_a_member_of_which_may_be_ready_or_stuck_is_checked_member_by_member(
-    held: set[int], checked_at: datetime, why: str
+    held: set[int], checked_at: datetime, reason: str, why: str
 ) -> None:
     read = summarised([[1, 2], [2, 3]], [5, 9])
     assert carried_on(read, partition=3, held_ids=held, checked_at=checked_at, due_at_ms=1, max_wait_s=HOUR) is None, (
         why
     )
+    assert whole_carry_refused(read, held_ids=held, checked_at=checked_at, max_wait_s=HOUR) == reason
+    assert whole_carry_refused(read, held_ids={1, 2, 3}, checked_at=NOW, max_wait_s=HOUR) is None
 
 
 def test_a_bundle_with_no_carries_left_is_checked_member_by_member() -> None:
@@ -113,6 +116,7 @@ def test_a_bundle_with_no_carries_left_is_checked_member_by_member() -> None:
     next_read = unpack(as_read(once.outgoing("test")))
     assert next_read is not None and next_read.summary is not None and next_read.summary.carries_left == 0
     assert carried_on(next_read, partition=0, held_ids={1}, checked_at=NOW, due_at_ms=1, max_wait_s=HOUR) is None
+    assert whole_carry_refused(next_read, held_ids={1}, checked_at=NOW, max_wait_s=HOUR) == "no_carries_left"
 
 
 def test_no_summary_when_a_member_must_be_read_in_full_at_its_next_check() -> None:
@@ -156,6 +160,7 @@ def test_a_summary_that_does_not_read_as_one_must_is_ignored_and_the_bundle_stil
     assert bad is not None and len(bad.members) == 1  # checked member by member, as any bundle
     assert bad.summary is None
     assert carried_on(bad, partition=0, held_ids={1}, checked_at=NOW, due_at_ms=1, max_wait_s=HOUR) is None
+    assert whole_carry_refused(bad, held_ids={1}, checked_at=NOW, max_wait_s=HOUR) == "no_summary"
 
 
 def test_the_summary_header_round_trips() -> None:
