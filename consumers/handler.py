@@ -1155,7 +1155,10 @@ class CleanupHandler:
             # A bundle is due when its last member is: one per run of records due together, so the
             # records of a batch are not all due (and checked next) when its last checked one is.
             for packed_outs in runs_due_together(
-                partition_outs, lambda out: due_at_ms(out.event.due_at), self.config.bundle_spread_ms
+                partition_outs,
+                lambda out: due_at_ms(out.event.due_at),
+                self.config.bundle_spread_ms,
+                key=lambda out: out.event.key,
             ):
                 made = bundles_of(
                     [out.event for out in packed_outs],

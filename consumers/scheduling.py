@@ -132,15 +132,27 @@ BUNDLE_DUE_SPREAD_MS = 10
 
 
 def runs_due_together(
-    items: Sequence[T], due_ms: Callable[[T], int], spread_ms: int = BUNDLE_DUE_SPREAD_MS
+    items: Sequence[T],
+    due_ms: Callable[[T], int],
+    spread_ms: int = BUNDLE_DUE_SPREAD_MS,
+    key: Callable[[T], object] | None = None,
 ) -> list[list[T]]:
-    """``items`` in due order, cut into runs of those due within ``spread_ms`` of their run's first.
+    """``items`` in due order, cut into runs of those due within ``spread_ms`` of their run's first;
+    with ``key``, the items of one key all in the run of the latest-due of them.
 
     A bundle is due when its last member is. One bundle for the waiting records of a whole batch kept
     the first checked of them waiting for the last, and gave the whole batch one due time: one interval
     later all its records came due at once and queued behind each other, interval after interval (the
     queue was the re-check lateness). A bundle per run is due when its own records are, so the bundles
-    of a batch come due as spread out as their checks were."""
+    of a batch come due as spread out as their checks were.
+
+    A table with records in two bundles of one batch (parked by separate checks) must go on in one
+    bundle, whose next check merges them into one record. Cut by due time alone, its two records
+    (due as far apart as the batch's checks of the two bundles were) went into two bundles again, and
+    both came back together in the next batch, interval after interval: each check of such a bundle
+    read all its members. Moved to the later run, a record is due a little later (by at most what the
+    batch's checks took), never earlier, and a key's items are next to each other in their run (a run
+    cut into several bundles by their size keeps them in one)."""
     runs: list[list[T]] = []
     first_ms = 0
     for item in sorted(items, key=due_ms):
@@ -149,4 +161,12 @@ def runs_due_together(
             runs.append([])
             first_ms = item_due_ms
         runs[-1].append(item)
-    return runs
+    if key is None:
+        return runs
+    last_run = {key(item): index for index, run in enumerate(runs) for item in run}
+    kept: list[dict[object, list[T]]] = [{} for _ in runs]
+    for run in runs:
+        for item in run:
+            item_key = key(item)
+            kept[last_run[item_key]].setdefault(item_key, []).append(item)
+    return [[item for same_key in run.values() for item in same_key] for run in kept if run]

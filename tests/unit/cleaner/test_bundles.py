@@ -193,10 +193,8 @@ def test_waiting_tables_of_one_partition_go_on_in_one_bundle_and_are_carried_on_
     assert consumer.committed[(D, 0)] == len(consumer.logs[(D, 0)]) - 1  # all but the newest bundle done
 
 
-def bundles_of_slow_checks(spread_ms: int) -> list[RawRecord]:
-    """The bundles packed by checks over three intervals, with 4 ms of the clock for each look at it
-    (a bundle carried on whole keeps its members' headers as first written, so only packed ones)."""
-    rig = bundled_rig(spread_ms=spread_ms)
+def slow_down(rig: Rig) -> None:
+    """4 ms of ``rig``'s clock go by at each look at it (checks that take time)."""
     clock = rig.clock
     plain_now = clock.now
 
@@ -205,6 +203,13 @@ def bundles_of_slow_checks(spread_ms: int) -> list[RawRecord]:
         return plain_now()
 
     clock.now = slow_now  # type: ignore[method-assign]
+
+
+def bundles_of_slow_checks(spread_ms: int) -> list[RawRecord]:
+    """The bundles packed by checks over three intervals, with 4 ms of the clock for each look at it
+    (a bundle carried on whole keeps its members' headers as first written, so only packed ones)."""
+    rig = bundled_rig(spread_ms=spread_ms)
+    slow_down(rig)
     consumer, loop, seen, _ = started(rig)
     cycle(loop, rig, consumer, seen, 3)
     assert rig.fs.deleted == [] and dones(rig) == []
@@ -834,8 +839,15 @@ def test_a_member_sent_out_of_its_bundle_is_answered_only_by_a_lock_list_asked_a
     assert required <= rig.clock.now_ms()
 
 
-def test_a_table_whose_records_are_in_two_bundles_is_rechecked_in_both_then_goes_on_in_one_record() -> None:
-    rig = bundled_rig()
+@pytest.mark.parametrize("slow", [False, True], ids=["quick_checks", "checks_that_take_time"])
+def test_a_table_whose_records_are_in_two_bundles_is_rechecked_in_both_then_goes_on_in_one_record(slow: bool) -> None:
+    """With checks that take time, the two bundles' checks give the table's two records due times
+    further apart than a bundle's spread: they must still go on in one bundle (cut by due time alone,
+    they went into two bundles again, came back in one batch and were read member by member interval
+    after interval, never merged)."""
+    rig = bundled_rig(spread_ms=0 if slow else BUNDLE_DUE_SPREAD_MS)
+    if slow:
+        slow_down(rig)
     consumer, loop, seen, ids = started(rig, per_table=1)
     cycle(loop, rig, consumer, seen, 3)
     # A second waiting vacuum of sales.t1, parked by another process in a bundle of its own.
@@ -875,6 +887,7 @@ def test_a_table_whose_records_are_in_two_bundles_is_rechecked_in_both_then_goes
         assert {str(i) for i in waiting_vacuum_ids(written)} == both  # each interval, both went on
         records_of_t1.append(len(written))
     # Once both were in one bundle, its check wrote them on in one record.
+    assert records_of_t1[-1] == 1, records_of_t1
     assert (
         records_of_t1[0] == 2
         and records_of_t1[-1] == 1

@@ -154,3 +154,36 @@ def test_records_checked_apart_are_not_bundled_to_be_due_when_the_last_one_is() 
     assert runs_due_together([("a", 1000), ("b", 1000 + BUNDLE_DUE_SPREAD_MS)], lambda item: item[1]) == [
         [("a", 1000), ("b", 1000 + BUNDLE_DUE_SPREAD_MS)]
     ]
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(min_value=0, max_value=200)), max_size=60))
+def test_runs_due_together_by_key_keep_each_keys_records_in_one_run_never_due_before_any_of_them(
+    items: list[tuple[str, int]],
+) -> None:
+    numbered = list(enumerate(items))
+    runs = runs_due_together(numbered, lambda item: item[1][1], key=lambda item: item[1][0])
+    flat = [item for run in runs for item in run]
+    assert sorted(flat) == sorted(numbered)  # each record once
+    runs_of_key: dict[str, set[int]] = {}
+    for index, run in enumerate(runs):
+        assert run
+        due = max(item[1][1] for item in run)  # a bundle is due when its last member is
+        assert all(item[1][1] <= due for item in run)
+        keys = [item[1][0] for item in run]
+        for key in set(keys):
+            runs_of_key.setdefault(key, set()).add(index)
+            first = keys.index(key)
+            assert keys[first : first + keys.count(key)] == [key] * keys.count(key)  # next to each other
+    assert all(len(indexes) == 1 for indexes in runs_of_key.values()), runs_of_key
+    # Without the key the cut is the plain one: a run per spread.
+    assert len(runs) <= len(runs_due_together(numbered, lambda item: item[1][1]))
+
+
+def test_a_tables_two_records_checked_apart_in_one_batch_go_on_in_one_bundle() -> None:
+    """Two bundles checked 40 ms apart in one batch each had a record of table t: both records go in the
+    later run (one bundle, whose next check merges them), the other records stay where their checks
+    put them."""
+    first = [("t", 1000), ("a", 1000)]
+    second = [("b", 1040), ("t", 1040)]
+    runs = runs_due_together(second + first, lambda item: item[1], key=lambda item: item[0])
+    assert runs == [[("a", 1000)], [("t", 1000), ("t", 1040), ("b", 1040)]]
