@@ -142,8 +142,15 @@ def site_xml(settings: dict[str, str]) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{properties}\n</configuration>\n'
 
 
-def metastore_ready(port: int) -> bool:
-    """True when the metastore answers ``get_all_databases``."""
+def metastore_ready(port: int, transactions: bool = False) -> bool:
+    """True when the metastore answers ``get_all_databases`` (and with ``transactions``,
+    ``get_open_txns``).
+
+    A Hive 2.3 metastore with ``hive.in.test`` creates its transaction and lock tables at the first
+    transaction call of each connection, and a second connection meanwhile takes the tables for made
+    ("already exists") while the last of them are not: the first ``lock`` of a fresh metastore then
+    failed now and then with "Table/View 'AUX_TABLE' does not exist". One transaction call before
+    the metastore is called ready creates them all first."""
     from hmsclient import hmsclient
     from thrift.Thrift import TException
 
@@ -154,6 +161,8 @@ def metastore_ready(port: int) -> bool:
         client.open()
         try:
             client.get_all_databases()
+            if transactions:
+                client.get_open_txns()
         finally:
             client.close()
     except (TException, OSError):
@@ -278,7 +287,7 @@ def start_metastore(
         f"-Dhive.log.dir={log_dir}",
         f"-Dmetastore.log.dir={log_dir}",
     ]
-    ready = lambda: metastore_ready(port)  # noqa: E731
+    ready = lambda: metastore_ready(port, transactions=flavour == "hive2")  # noqa: E731
     if kerberos is not None:
         if flavour == "hive3":
             extra_classpath = (*extra_classpath, kerberos_jars(log_dir))
