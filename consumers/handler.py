@@ -1416,15 +1416,17 @@ class CleanupHandler:
         source = (str(bundle.event_id),)
         partition = work.record.partition
         whole = None
-        refused = self._whole_carry_refused(bundle, batch, held, now)
+        max_wait = self.config.max_wait_s
+        refused = self._batch_refuses_whole_carry(bundle, batch, held)
         if refused is None:
             assert held is not None
             due_ms = due_at_ms(due)
-            max_wait = self.config.max_wait_s
             whole = carried_on(
                 bundle, partition=partition, held_ids=held, checked_at=now, due_at_ms=due_ms, max_wait_s=max_wait
             )
-        else:
+            if whole is None:  # asked only when refused: a whole carry checks its summary once
+                refused = whole_carry_refused(bundle, held_ids=held, checked_at=now, max_wait_s=max_wait)
+        if refused is not None:
             self._metrics.bundles_by_member.labels(refused).inc()
         if whole is not None:
             keys = whole.keys
@@ -1473,13 +1475,14 @@ class CleanupHandler:
             self._remember_checks([(item, read_by) for item in spilled])
         return self._bundle_checked(batch, own_batch, shell)
 
-    def _whole_carry_refused(
-        self, bundle: WaitingBundle, batch: OutcomeBatch, held: frozenset[int] | None, now: datetime
+    @staticmethod
+    def _batch_refuses_whole_carry(
+        bundle: WaitingBundle, batch: OutcomeBatch, held: frozenset[int] | None
     ) -> str | None:
-        """Why this check must read ``bundle``'s members one by one (None: it may carry it on whole):
-        no lock list, members its table's lanes wait to check with them (``spill``), fresh vacuums
-        riding with it (``riders``), a table the batch also sees in another record (``shared_keys``),
-        or what :func:`whole_carry_refused` finds in its summary."""
+        """Why this check must read ``bundle``'s members one by one whatever its summary says (None:
+        :func:`carried_on` decides): no lock list, members its table's lanes wait to check with them
+        (``spill``), fresh vacuums riding with it (``riders``), a table the batch also sees in another
+        record (``shared_keys``)."""
         if held is None:
             return "no_lock_list"
         if bundle.spill:
@@ -1488,7 +1491,7 @@ class CleanupHandler:
             return "riders"
         if batch.shared_keys & bundle.listed_member_keys():
             return "shared_keys"
-        return whole_carry_refused(bundle, held_ids=held, checked_at=now, max_wait_s=self.config.max_wait_s)
+        return None
 
     def _refuse_unread_bundle(self, work: Work, locks: TableLockCheck, error: ValueError) -> Outcome:
         """Dead-letter a bundle whose members do not read, with its raw bytes: nothing of it is carried on
