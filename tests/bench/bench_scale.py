@@ -383,6 +383,11 @@ def measure(
     watcher.caught_up(end)
     kafka_records, bundles = (count / WINDOW_INTERVALS for count in watcher.written_in(start, end))
     samples = watcher.window(start, end)
+    if os.environ.get("ACIDCLEAN_SCALE_DUMP"):
+        with open(f"{os.environ['ACIDCLEAN_SCALE_DUMP']}-{label.replace(' ', '_')}.tsv", "w") as dump:
+            for at, late in list(watcher.lateness):
+                if start <= at < end:
+                    dump.write(f"{at:.4f}\t{late:.4f}\n")
     made = sum(scrape(port, calls) for _, port in cleaners) - before
     unread = sum(scrape(port, carried) for _, port in cleaners) - carried_before
     spills = (sum(scrape(port, spilled) for _, port in cleaners) - spilled_before) / WINDOW_INTERVALS

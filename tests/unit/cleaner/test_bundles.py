@@ -21,6 +21,7 @@ import msgspec
 import pytest
 
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
+from acidclean.consumers.handler import LockView
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
@@ -713,6 +714,67 @@ def test_a_fresh_vacuum_whose_snapshot_misses_its_tables_reader_goes_back_to_its
     assert rig.fs.deleted == [] and dones(rig) == []
     last_interval = [event for event in rig.published(D)][-TABLES - 1 :]
     assert fresh.event_id in waiting_vacuum_ids(last_interval)
+    rig.metastore.release(lock_id(1))
+    cycle(loop, rig, consumer, seen, 3)
+    assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted([*ids[1], str(fresh.event_id)])
+
+
+def serve_list_asked_now(rig: Rig) -> LockView:
+    """Ask for a lock list now and let it answer every batch it may (those whose events were all read
+    before it was asked), however old it grows: the oldest list the handler's contract allows."""
+    kept = rig.handler.lock_view(rig.clock.now_ms())
+    kept.all_locks()
+    newest = rig.handler.lock_view
+
+    def oldest_allowed(read_by_ms: int) -> LockView:
+        return kept if kept.asked_ms > read_by_ms else newest(read_by_ms)
+
+    rig.handler.lock_view = oldest_allowed  # type: ignore[method-assign]
+    return kept
+
+
+def rejoined(rig: Rig) -> float:
+    return rig.metrics.events.labels("rejoined")._value.get()  # type: ignore[no-any-return]
+
+
+def test_a_fresh_vacuum_riding_with_a_bundle_is_kept_waiting_by_an_older_lock_list_without_a_new_call() -> None:
+    rig = bundled_rig()
+    consumer, loop, seen, _ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    serve_list_asked_now(rig)
+    run_for(loop, rig, 0.01)
+    fresh = fresh_vacuum(rig, 1)  # read after that list was asked, under t1's reader's lock, which it lists
+    consumer.append(V, 0, fresh)
+    asked = rig.metastore.calls["show_locks"]
+    cycle(loop, rig, consumer, seen, 2, slices=20)
+    assert joined(rig) == 1 and rejoined(rig) == 0
+    # The bundle's check answered its rider with the list its batch shared: no call was made for it.
+    assert rig.metastore.calls["show_locks"] == asked
+    [table_one] = [group for group in members_of(bundles(rig)[-1]) if group.table == "sales.t1"]
+    assert str(fresh.event_id) in {str(item.vacuum.event_id) for item in table_one.waiting}
+    assert rig.fs.deleted == [] and dones(rig) == []
+
+
+def test_a_fresh_vacuum_whose_reader_came_after_its_bundles_lock_list_goes_back_to_its_lane_and_waits_for_it() -> None:
+    """The adversary: a reader takes a lock after the lock list a bundle's check shares was asked, a
+    vacuum's snapshot holds only that lock, and the vacuum rides with the bundle. That list does not
+    show the lock, so the vacuum looks ready to the bundle's check: it must not be cleaned on that
+    list, only go back to its own lane, whose list (asked after it was read) shows the reader."""
+    rig = bundled_rig()
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    serve_list_asked_now(rig)
+    run_for(loop, rig, 0.01)
+    late_reader = 900
+    rig.metastore.take_lock(late_reader, "sales.t1")
+    fresh = fresh_vacuum(rig, 1).model_copy(update={"lock_snapshot": [lock(late_reader)]})
+    consumer.append(V, 0, fresh)
+    cycle(loop, rig, consumer, seen, 3, slices=20)
+    assert joined(rig) == 0 and rejoined(rig) == 1
+    assert rig.fs.deleted == [] and dones(rig) == []
+    latest = {event.table: event for event in rig.published(D)}  # each table's newest delay record
+    assert fresh.event_id in waiting_vacuum_ids(latest.values())
+    rig.metastore.release(late_reader)
     rig.metastore.release(lock_id(1))
     cycle(loop, rig, consumer, seen, 3)
     assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted([*ids[1], str(fresh.event_id)])
