@@ -823,6 +823,19 @@ class CleanupHandler:
                 # Keys whose last record is long past (cleaned, or now another process's) are dropped too.
                 self.chain_due = {key: due for key, due in self.chain_due.items() if due >= horizon}
 
+    def note_chain_due(self, dues: Iterable[tuple[str, int | None]]) -> None:
+        """Record the due time of each key's newest delay record (None: forget the key). Written by
+        the threads whose records the broker acknowledged, and pruned by :meth:`_remember_checks`
+        under the same lock: a write during the prune's pass over the dict failed the pass
+        ("dictionary changed size during iteration"), and with it the batch whose acknowledgement was
+        being recorded, whose records were then dead-lettered though their successors were out."""
+        with self._own_checks_lock:
+            for key, due in dues:
+                if due is None:
+                    self.chain_due.pop(key, None)
+                else:
+                    self.chain_due[key] = due
+
     def forget_lock_view(self, view: LockView) -> None:
         """Drop ``view`` (one of its calls failed): the next batch asks again."""
         if self._view is view:
@@ -1080,8 +1093,7 @@ class CleanupHandler:
     def _carried_whole(self, whole: CarriedBundle, keys: Sequence[str]) -> None:
         """A bundle carried on whole is acknowledged: its tables' next records are in it (a fresh vacuum
         of one of them joins it), and the loop may answer it with a lock list asked after this check."""
-        for key in keys:
-            self.chain_due[key] = whole.due_at_ms
+        self.note_chain_due([(key, whole.due_at_ms) for key in keys])
         self._remember_checks([(whole, whole.occurred_at)])
         self._metrics.events.labels("bundle_carried_whole").inc()
         self._metrics.events.labels("bundled").inc(len(keys))
@@ -1100,15 +1112,11 @@ class CleanupHandler:
         packed (in the past: a bundle carried on whole keeps its members' bytes): a record of its table
         read before it waits for no later one."""
         due = header_due_at_ms(spill.record)
-        key = spill.record.key.decode("utf-8", "replace")
-        if due is None:
-            self.chain_due.pop(key, None)
-        else:
-            self.chain_due[key] = due
+        self.note_chain_due([(spill.record.key.decode("utf-8", "replace"), due)])
 
     def _delay_published(self, out: _DelayOut) -> None:
         out.published()
-        self.chain_due[out.event.key] = due_at_ms(out.event.due_at)
+        self.note_chain_due([(out.event.key, due_at_ms(out.event.due_at))])
 
     def _bundles_acknowledged(
         self, checks: Sequence[_BundleCheck], failed: dict[str, BusError], batch: OutcomeBatch

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -852,3 +853,35 @@ def add_unlocked_table(rig: Rig, index: int) -> VacuumCommitted:
     event = vacuum(table=f"sales.t{index}", partition=None, location=location, lock_snapshot=[])
     rig.fs.mark_vacuum_output(event)
     return event
+
+
+def test_pruning_old_check_times_never_fails_while_acknowledged_records_note_their_due_times() -> None:
+    """Threads whose records the broker acknowledged note each key's due time while another prunes the
+    old ones: the prune's pass once failed mid-way ("dictionary changed size during iteration"), and the
+    batch recording its acknowledgement had its records dead-lettered."""
+    rig = Rig()
+    handler = rig.handler
+    now = rig.clock.now_ms()
+    handler.note_chain_due((f"sales.old{index}", now - 10**9) for index in range(200_000))
+    stop = threading.Event()
+
+    def note_dues() -> None:
+        number = 0
+        while not stop.is_set():
+            handler.note_chain_due([(f"sales.new{number}", now)])
+            number += 1
+
+    writers = [threading.Thread(target=note_dues) for _ in range(2)]
+    for writer in writers:
+        writer.start()
+    try:
+        for _ in range(20):
+            handler._pruned_ms = 0  # due for its next prune
+            checks = [(SimpleNamespace(event_id=uuid.uuid4()), rig.clock.now()) for _ in range(1001)]
+            handler._remember_checks(checks)  # type: ignore[arg-type]
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join()
+    assert not any(key.startswith("sales.old") for key in handler.chain_due)  # pruned
+    assert any(key.startswith("sales.new") for key in handler.chain_due)  # what was noted since is kept
