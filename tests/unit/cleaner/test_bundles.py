@@ -45,6 +45,7 @@ from acidclean.shared.bus.bundle import (
 )
 from acidclean.shared.bus.codec import decode, encode, header_due_at_ms
 from acidclean.shared.bus.records import RawRecord
+from acidclean.shared.metastore import MetastoreKind
 from acidclean.shared.settings import Settings
 
 from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum, waiting_vacuum_ids
@@ -720,10 +721,12 @@ def test_a_fresh_vacuum_whose_snapshot_misses_its_tables_reader_goes_back_to_its
 
 
 def serve_list_asked_now(rig: Rig) -> LockView:
-    """Ask for a lock list now and let it answer every batch it may (those whose events were all read
-    before it was asked), however old it grows: the oldest list the handler's contract allows."""
+    """Ask for a lock list and a transaction list now and let them answer every batch they may (those
+    whose events were all read before they were asked), however old they grow: the oldest lists the
+    handler's contract allows."""
     kept = rig.handler.lock_view(rig.clock.now_ms())
     kept.all_locks()
+    kept.transactions()
     newest = rig.handler.lock_view
 
     def oldest_allowed(read_by_ms: int) -> LockView:
@@ -775,6 +778,32 @@ def test_a_fresh_vacuum_whose_reader_came_after_its_bundles_lock_list_goes_back_
     latest = {event.table: event for event in rig.published(D)}  # each table's newest delay record
     assert fresh.event_id in waiting_vacuum_ids(latest.values())
     rig.metastore.release(late_reader)
+    rig.metastore.release(lock_id(1))
+    cycle(loop, rig, consumer, seen, 3)
+    assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted([*ids[1], str(fresh.event_id)])
+
+
+def test_a_rider_whose_lockless_reader_came_after_the_shared_lists_waits_for_it_in_its_lane() -> None:
+    """The same adversary without a lock: a reader opens a transaction (no read lock) after the lists a
+    bundle's check shares were asked, and a vacuum that renamed its output for it (``next_txn_id``
+    above it, an empty lock snapshot) rides with the bundle. The older transaction list does not show
+    the reader: the vacuum goes back to its lane, waits for the transaction, and is cleaned once it ends."""
+    rig = bundled_rig()
+    rig.metastore._kind = MetastoreKind.HIVE3
+    rig.metastore.txn_high_watermark = 200
+    consumer, loop, seen, ids = started(rig)
+    cycle(loop, rig, consumer, seen, 3)
+    serve_list_asked_now(rig)
+    run_for(loop, rig, 0.01)
+    rig.metastore.open_txns = [120]  # the lockless reader
+    fresh = fresh_vacuum(rig, 1).model_copy(update={"lock_snapshot": [], "locks_observed": 0, "next_txn_id": 150})
+    consumer.append(V, 0, fresh)
+    cycle(loop, rig, consumer, seen, 3, slices=20)
+    assert joined(rig) == 0 and rejoined(rig) == 1
+    assert rig.fs.deleted == [] and dones(rig) == []
+    latest = {event.table: event for event in rig.published(D)}
+    assert fresh.event_id in waiting_vacuum_ids(latest.values())
+    rig.metastore.open_txns = []
     rig.metastore.release(lock_id(1))
     cycle(loop, rig, consumer, seen, 3)
     assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted([*ids[1], str(fresh.event_id)])
