@@ -1011,6 +1011,40 @@ class CleanupHandler:
             if check.whole is not None:
                 batch.carry(check.whole, check.outcome_id)
         failed = self._publish_isolating(items)
+        try:
+            self._note_published(batch, outgoing, alone, bundles, checks, failed)
+        except Exception as note_error:
+            # The broker has the records: this process's own notes of them (metrics, logs, due times
+            # for joiners) are all that is lost. Raised, the loop took the batch for never publishable
+            # and dead-lettered its source records although their successors were out.
+            self._metrics.events.labels("notes_failed").inc()
+            LOGGER.error(
+                "the batch's records were acknowledged but noting them failed; they stay published "
+                "and their sources are committed (report this: it is a bug)",
+                exc_info=note_error,
+            )
+        # An outcome that went out inside another record fails with it: a work is finished only once
+        # every record carrying its outcome was acknowledged.
+        for published, outcome_ids in batch.carried_by.items():
+            error = failed.get(published)
+            if error is not None:
+                for outcome_id in outcome_ids:
+                    failed.setdefault(outcome_id, error)
+        batch.carried_by.clear()
+        if any(isinstance(item.event, CleanupDone) and str(item.event.event_id) not in failed for item in outgoing):
+            self._crash.reached("after-done")
+        return failed
+
+    def _note_published(
+        self,
+        batch: OutcomeBatch,
+        outgoing: Sequence[_Outgoing],
+        alone: Sequence[_DelayOut],
+        bundles: Sequence[tuple[Bundle, list[_DelayOut]]],
+        checks: Sequence[_BundleCheck],
+        failed: dict[str, BusError],
+    ) -> None:
+        """After the broker answered: log, count and remember what it took."""
         for item in outgoing:
             if str(item.event.event_id) not in failed:
                 item.after()
@@ -1034,17 +1068,6 @@ class CleanupHandler:
         spilled = sum(len(check.spilled) for check in checks if check.outcome_id not in failed)
         if spilled:
             self._metrics.events.labels("bundle_spilled").inc(spilled)
-        # An outcome that went out inside another record fails with it: a work is finished only once
-        # every record carrying its outcome was acknowledged.
-        for published, outcome_ids in batch.carried_by.items():
-            error = failed.get(published)
-            if error is not None:
-                for outcome_id in outcome_ids:
-                    failed.setdefault(outcome_id, error)
-        batch.carried_by.clear()
-        if any(isinstance(item.event, CleanupDone) and str(item.event.event_id) not in failed for item in outgoing):
-            self._crash.reached("after-done")
-        return failed
 
     def _delay_outs(self, locks: TableLockCheck) -> list[_DelayOut]:
         """One lane's delay records of this batch (its table's vacuums still waiting), merged by key."""
