@@ -344,6 +344,15 @@ class SharedCheck:
             self._view = self._handler.lock_view(self.read_by_ms)
         return self._view
 
+    @property
+    def covers_ms(self) -> int | None:
+        """Its lists were asked after every event this process read up to this millisecond: up to the
+        batch's ``read_by_ms`` (the view was asked in a later millisecond, or for it), or up to the
+        millisecond before the view was asked. None before its first answer."""
+        if self._view is None:
+            return None
+        return max(self.read_by_ms, self._view.asked_ms - 1)
+
     def table_locks(self, table: str) -> list[LockInfo]:
         self.all_locks()
         return self._answers().table_locks(table)
@@ -413,8 +422,10 @@ class OutcomeBatch:
         # the calls measured so far say one call per table costs less (a metastore holding many locks),
         # or a lock list fresh enough for this batch is at hand anyway.
         fresh = handler.has_lock_view(read_by_ms)
-        # An unfiltered list serves every batch while it is fresh: weigh it by the tables the last one served.
-        served = max(tables, handler.tables_per_lock_view)
+        # An unfiltered list serves every batch while it is fresh: weigh it by the tables the last one
+        # served, or the current one so far (a list answering fresh vacuums it keeps waiting lives long).
+        current = handler.current_lock_view
+        served = max(tables, handler.tables_per_lock_view, current.served if current is not None else 0)
         self.per_table = not fresh and not (served > 1 and handler.lock_call_costs.prefer_unfiltered(served))
         # Asked only when used: for every table unless per_table, else for the transaction rule's tables.
         self.check = SharedCheck(handler, read_by_ms)
@@ -567,32 +578,86 @@ class TableLockCheck:
         # A bundle's lane only: the fresh vacuums riding with it that its check took in, by event id,
         # each with its table's check (any other work of the lane goes back to its own table's lane).
         self.riders: dict[str, TableLockCheck] | None = None
+        # Up to when the events read are covered by every shared list behind the answers so far (None:
+        # only calls made for this check, after every event of its lane was read), and the lists asked
+        # for this check alone once an answer needed newer ones (see readiness).
+        self._lists_cover_ms: int | None = None
+        self._own_check: SharedCheck | None = None
 
     @property
     def current_locks(self) -> list[LockInfo]:
         """The table's locks as last listed (empty before the first check)."""
         return list(self._locks or [])
 
+    def _shared(self) -> SharedCheck | None:
+        """The lists shared with the batch (or asked for this check alone after a renewal)."""
+        if self._own_check is not None:
+            return self._own_check
+        return self.batch.check if self.batch is not None else None
+
+    def _noted(self, shared: SharedCheck) -> None:
+        covers = shared.covers_ms
+        if covers is not None and (self._lists_cover_ms is None or covers < self._lists_cover_ms):
+            self._lists_cover_ms = covers
+
+    def _all_listed(self) -> list[LockInfo]:
+        shared = self._shared()
+        if shared is None:
+            return self._handler.show_locks(None)
+        locks = shared.all_locks()
+        self._noted(shared)
+        return locks
+
     def transactions(self) -> ValidTxnList:
         """The metastore's transaction list (raises ``MetastoreError``)."""
         if self._txns is None:
-            shared = self.batch.check if self.batch is not None else None
-            self._txns = shared.transactions() if shared is not None else self._handler.valid_txns()
+            shared = self._shared()
+            if shared is None:
+                self._txns = self._handler.valid_txns()
+            else:
+                self._txns = shared.transactions()
+                self._noted(shared)
         return self._txns
 
-    def readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
+    def readiness(self, processed: VacuumCommitted | DelayEnvelope, read_ms: int | None = None) -> Readiness:
+        """readyToClean for ``processed``. ``read_ms``: when this process read it, if its batch's lists
+        may be older (a fresh vacuum left out of the batch's ``read_by``, see ``CleanerLoop``). A list
+        asked before then answers "wait" safely (a lock it lists was held when the vacuum committed or
+        later, and only delays), but never "ready": a lock or transaction its snapshot waits for may
+        have begun after that list was asked. A "ready" from such lists is asked again, from lists
+        asked after ``read_ms``."""
+        answer = self._readiness(processed)
+        stale = self._lists_cover_ms is not None and read_ms is not None and read_ms > self._lists_cover_ms
+        if answer.ready and stale:
+            assert read_ms is not None
+            self._renew_after(read_ms)
+            answer = self._readiness(processed)
+        return answer
+
+    def _renew_after(self, read_ms: int) -> None:
+        """Forget every answer: the next ones come from lists asked after ``read_ms``."""
+        self._locks = self._all_locks = self._txns = None
+        self._readers = None
+        self._error = None
+        self._lists_cover_ms = None
+        if self.batch is not None:
+            self._own_check = SharedCheck(self._handler, read_ms)
+        self._handler.note_renewed_answer()
+
+    def _readiness(self, processed: VacuumCommitted | DelayEnvelope) -> Readiness:
         vacuum = vacuum_of(processed)
         # A transaction commit is waited for whatever the setting says: a reader whose snapshot is older
         # than T skips the _vT output even when it locks (docs/safety.md, rule 2).
         visibility_commit = committed_through_transaction(vacuum.new_directories)
         txn_rule = (self._handler.config.wait_for_open_txns or visibility_commit) and vacuum.next_txn_id is not None
         batch = self.batch
-        shared = batch.check if batch is not None and (txn_rule or not batch.per_table) else None
+        shared = self._shared() if batch is not None and (txn_rule or not batch.per_table) else None
         if self._locks is None and self._error is None:
             try:
                 if shared is not None:
                     self._all_locks = shared.all_locks()
                     self._locks = shared.table_locks(self._table)
+                    self._noted(shared)
                 elif txn_rule:
                     # One unfiltered call: the table's locks, and which transactions read with locks.
                     self._all_locks = self._handler.show_locks(None)
@@ -605,7 +670,7 @@ class TableLockCheck:
         if self._locks is not None and txn_rule:
             try:
                 if self._all_locks is None:
-                    self._all_locks = batch.check.all_locks() if batch is not None else self._handler.show_locks(None)
+                    self._all_locks = self._all_listed()
                 open_ids = self.transactions().open_ids
                 open_before = open_transactions_before(
                     vacuum.next_txn_id,
@@ -626,9 +691,11 @@ class TableLockCheck:
         ``every_lock``: the open-transaction rule will need the unfiltered list anyway."""
         if self._locks is None and self._error is None:
             batch = self.batch
+            shared = self._shared()
             try:
-                if batch is not None and (every_lock or not batch.per_table):
-                    self._locks = batch.check.table_locks(self._table)
+                if batch is not None and shared is not None and (every_lock or not batch.per_table):
+                    self._locks = shared.table_locks(self._table)
+                    self._noted(shared)
                 else:
                     self._locks = self._handler.show_locks(self._table)
             except MetastoreError as error:
@@ -642,8 +709,7 @@ class TableLockCheck:
         with locks computed once for the group; or why the metastore could not answer."""
         try:
             if self._all_locks is None:
-                batch = self.batch
-                self._all_locks = batch.check.all_locks() if batch is not None else self._handler.show_locks(None)
+                self._all_locks = self._all_listed()
             open_ids = self.transactions().open_ids
         except MetastoreError as error:
             return f"metastore check of open transactions failed: {error}"
@@ -847,6 +913,28 @@ class CleanupHandler:
             if self._answered is None or self._answered.asked_ms <= view.asked_ms:
                 self._answered = view
 
+    def kept_waiting_by_last_list(self, work: Work) -> bool:
+        """Whether the newest lock list that came back still lists a lock of ``work``'s snapshot (a fresh
+        vacuum's): any list then answers it "wait" (a listed lock only delays), so its batch need not
+        wait for a list asked after it was read (at 10,000 locks, an unfiltered call of 400-500 ms or
+        a table-filtered one of 80 ms per table). Should the batch's lists say "ready", it is asked
+        again from newer ones (:meth:`TableLockCheck.readiness`)."""
+        event = work.event
+        view = self._answered
+        if not isinstance(event, VacuumCommitted) or not event.lock_snapshot or view is None or not view.answered:
+            return False
+        listed = view.lock_ids()
+        return any(entry.lock_id in listed for entry in event.lock_snapshot)
+
+    def note_renewed_answer(self) -> None:
+        """A fresh vacuum that older lists answered "ready" was asked again from newer ones."""
+        self._metrics.events.labels("ready_asked_again").inc()
+
+    @property
+    def current_lock_view(self) -> LockView | None:
+        """The newest shared lock list (asked for, perhaps not answered yet)."""
+        return self._view
+
     def has_lock_view(self, read_by_ms: int) -> bool:
         """Whether :meth:`lock_view` would answer without asking the metastore."""
         view = self._view
@@ -884,7 +972,7 @@ class CleanupHandler:
             if not isinstance(event, VacuumCommitted | DelayEnvelope):
                 continue
             vacuum = vacuum_of(event)
-            if check_claims(vacuum) is None and locks.readiness(event).ready:
+            if check_claims(vacuum) is None and locks.readiness(event, _fresh_read_ms(work)).ready:
                 keys.append(lock_scope(vacuum.table))
         if len(keys) < 2:
             return
@@ -912,7 +1000,7 @@ class CleanupHandler:
         refusal = check_claims(vacuum)
         if refusal is not None:
             return self._refuse(work, event, refusal, locks)
-        readiness = locks.readiness(event)
+        readiness = locks.readiness(event, _fresh_read_ms(work))
         if not readiness.ready:
             return self._delay(event, readiness, locks)
         return self._clean(work, event, readiness, locks)
@@ -2426,6 +2514,13 @@ def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> 
 
 _GROUP_TYPE = DelayedVacuums.event_type.encode()
 _ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
+
+
+def _fresh_read_ms(work: Work) -> int | None:
+    """When the loop read a fresh vacuum (its batch's lists may be older, see
+    :meth:`CleanupHandler.kept_waiting_by_last_list`); None for a delay record, whose batch's lists are
+    always new enough for it."""
+    return work.received_ms if isinstance(work.event, VacuumCommitted) else None
 
 
 def _keys_in_two(events: Iterable[object]) -> set[bytes]:

@@ -746,7 +746,10 @@ class CleanerLoop:
         """Check the lanes' events; True when their outcomes' publish was handed to the ack executor
         (which then frees the lanes), False when it was done here."""
         deferred: list[tuple[Work, Outcome]] = []
-        read_by = max((_read_by_ms(work, self.handler) for _, works in lanes for work in _answered(works)), default=0)
+        read_by = max(
+            (_read_by_ms(work, self.handler) for _, works in lanes for work in _answered(works, self.handler)),
+            default=0,
+        )
         batch = self.handler.batch(len(lanes), read_by)
         try:
             queues = [(list(works), self.handler.lock_check(works[0], batch)) for _, works in lanes if works]
@@ -1318,17 +1321,27 @@ def _read_by_ms(work: Work, handler: Any) -> int:
     return work.received_ms
 
 
-def _answered(works: Sequence[Work]) -> Sequence[Work]:
-    """The works of a lane whose lock list the batch's must be new enough for: all of them, except in a
-    bundle's lane. The fresh vacuums riding with a bundle (``CleanerLoop._spill_joined``) are only ever
-    kept waiting by its check (a lock of their snapshot still listed: an older list only delays); one
-    that looks ready goes back to its own lane, whose batch asks for a list made after it was read.
-    Counted here, every batch of a bundle with riders waited for a new unfiltered ``show_locks`` (400
-    ms at 10,000 locks, the worker's other tables behind it), which held a burst's take-in to about
-    150 fresh vacuums a second."""
+def _answered(works: Sequence[Work], handler: Any) -> Sequence[Work]:
+    """The works of a lane whose lock list the batch's must be new enough for: all of them, except
+
+    - in a bundle's lane, the fresh vacuums riding with it (``CleanerLoop._spill_joined``): its check
+      only ever keeps them waiting (a lock of their snapshot still listed: an older list only delays);
+      one that looks ready goes back to its own lane, whose batch asks for a list made after it was
+      read. Counted, every batch of a bundle with riders waited for a new unfiltered ``show_locks``
+      (400 ms at 10,000 locks, the worker's other tables behind it), which held a burst's take-in to
+      about 150 fresh vacuums a second;
+    - a fresh vacuum that the newest lock list keeps waiting (a lock of its snapshot listed): an older
+      list can only answer it "wait" too, and a "ready" is asked again from newer lists by its own check
+      (``TableLockCheck.readiness``). A burst of vacuums behind held locks otherwise made nearly every
+      batch ask for a list of its own."""
     if works and isinstance(works[0].event, WaitingBundle):
         return works[:1]
-    return works
+    kept_waiting = getattr(handler, "kept_waiting_by_last_list", None)
+    if kept_waiting is None:
+        return works
+    # Only a fresh vacuum: its own check asks a "ready" again from lists asked after it was read
+    # (``TableLockCheck.readiness``); a delay record's check relies on the batch's lists for that.
+    return [work for work in works if not (isinstance(work.event, VacuumCommitted) and kept_waiting(work))]
 
 
 def _header(record: RawRecord, name: str) -> bytes | None:

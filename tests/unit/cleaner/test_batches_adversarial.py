@@ -833,6 +833,22 @@ LateLockListRenewalMachine.TestCase.settings = BatchedLoopMachine.TestCase.setti
 test_late_lock_list_renewal_histories_lose_nothing_and_never_run_early = LateLockListRenewalMachine.TestCase
 
 
+class FreshVacuumsOnOlderListsMachine(LateLockListRenewalMachine):
+    """The same histories with the worst pre-check a batch could make: every fresh vacuum is taken for
+    one that the newest lock list keeps waiting, so no batch waits for a list asked after its fresh
+    vacuums were read, and lists live long (their renewal lands only when a rule says). Readers lock
+    just before their vacuums commit, after the list that answers the batch: any "ready" from such a
+    list must be asked again before anything is deleted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rig.handler.kept_waiting_by_last_list = lambda work: True  # type: ignore[method-assign]
+
+
+FreshVacuumsOnOlderListsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_fresh_vacuums_on_older_lists_histories_lose_nothing_and_never_run_early = FreshVacuumsOnOlderListsMachine.TestCase
+
+
 class MixedBundleLayoutsMachine(BundledLoopMachine):
     """The same histories while the group is upgraded one process at a time: the bundles on the delay
     topic are compressed or plain JSON as the writer's ``cleanup_bundle_compression`` says when it
