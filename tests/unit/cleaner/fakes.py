@@ -21,6 +21,7 @@ from acidclean.consumers.handler import (
     CleanerTopics,
     CleanupHandler,
     HandlerConfig,
+    LockView,
     Outcome,
     TableLockCheck,
     Work,
@@ -608,3 +609,19 @@ def waiting_vacuum_ids(events: Iterable[Any]) -> list[uuid.UUID]:
         elif isinstance(event, DelayedVacuums):
             ids.extend(item.vacuum.event_id for item in event.waiting)
     return ids
+
+
+def serve_list_asked_now(rig: Rig) -> LockView:
+    """Ask for a lock list and a transaction list now and let them answer every batch they may (those
+    whose events were all read before they were asked), however old they grow: the oldest lists the
+    handler's contract allows."""
+    kept = rig.handler.lock_view(rig.clock.now_ms())
+    kept.all_locks()
+    kept.transactions()
+    newest = rig.handler.lock_view
+
+    def oldest_allowed(read_by_ms: int) -> LockView:
+        return kept if kept.asked_ms > read_by_ms else newest(read_by_ms)
+
+    rig.handler.lock_view = oldest_allowed  # type: ignore[method-assign]
+    return kept

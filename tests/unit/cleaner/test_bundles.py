@@ -21,7 +21,6 @@ import msgspec
 import pytest
 
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
-from acidclean.consumers.handler import LockView
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
@@ -48,7 +47,7 @@ from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.metastore import MetastoreKind
 from acidclean.shared.settings import Settings
 
-from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum, waiting_vacuum_ids
+from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, serve_list_asked_now, vacuum, waiting_vacuum_ids
 from .test_batches_adversarial import unanswered_below_commit
 from .test_delayed_vacuums import checks_so_far, dones, forward_delays
 
@@ -718,22 +717,6 @@ def test_a_fresh_vacuum_whose_snapshot_misses_its_tables_reader_goes_back_to_its
     rig.metastore.release(lock_id(1))
     cycle(loop, rig, consumer, seen, 3)
     assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted([*ids[1], str(fresh.event_id)])
-
-
-def serve_list_asked_now(rig: Rig) -> LockView:
-    """Ask for a lock list and a transaction list now and let them answer every batch they may (those
-    whose events were all read before they were asked), however old they grow: the oldest lists the
-    handler's contract allows."""
-    kept = rig.handler.lock_view(rig.clock.now_ms())
-    kept.all_locks()
-    kept.transactions()
-    newest = rig.handler.lock_view
-
-    def oldest_allowed(read_by_ms: int) -> LockView:
-        return kept if kept.asked_ms > read_by_ms else newest(read_by_ms)
-
-    rig.handler.lock_view = oldest_allowed  # type: ignore[method-assign]
-    return kept
 
 
 def rejoined(rig: Rig) -> float:

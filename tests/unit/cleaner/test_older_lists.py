@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from acidclean.consumers.handler import LockView
 from acidclean.schemas.events import CleanupDone, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.metastore import MetastoreKind
 
-from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, vacuum
+from .fakes import TOPICS, FakeConsumer, Rig, lock, loop_over, run_for, serve_list_asked_now, vacuum
 
 pytestmark = [pytest.mark.rule1]
 
@@ -41,21 +40,6 @@ def dones(rig: Rig) -> list[CleanupDone]:
 
 def asked_again(rig: Rig) -> float:
     return rig.metrics.events.labels("ready_asked_again")._value.get()  # type: ignore[no-any-return]
-
-
-def serve_list_asked_now(rig: Rig) -> LockView:
-    """Ask for a lock list and a transaction list now and let them answer every batch they may (those
-    whose counted events were all read before they were asked), however old they grow."""
-    kept = rig.handler.lock_view(rig.clock.now_ms())
-    kept.all_locks()
-    kept.transactions()
-    newest = rig.handler.lock_view
-
-    def oldest_allowed(read_by_ms: int) -> LockView:
-        return kept if kept.asked_ms > read_by_ms else newest(read_by_ms)
-
-    rig.handler.lock_view = oldest_allowed  # type: ignore[method-assign]
-    return kept
 
 
 def every_fresh_vacuum_left_out(rig: Rig) -> None:
