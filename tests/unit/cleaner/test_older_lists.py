@@ -7,6 +7,7 @@ never acted on; it is asked again from newer lists."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -124,3 +125,28 @@ def test_fresh_vacuums_the_newest_list_keeps_waiting_are_delayed_without_a_lock_
     assert rig.metastore.calls["show_locks"] == calls + 1  # a list asked after it was read
     assert [done.correlation_id for done in dones(rig)] == [free.event_id]
     assert asked_again(rig) == 0
+
+
+def test_a_vacuum_whose_snapshot_misses_a_reader_that_locked_after_the_batchs_list_waits_for_it() -> None:
+    """A bad event: its snapshot is empty, but a reader locked the table before the vacuum committed,
+    after the list the batch shares was asked. That list shows no lock: the readiness answer is
+    "ready", and the check of locks missing from the snapshot must run on a list asked after the
+    vacuum was read (the one the re-ask brings), or it finds nothing to wait for."""
+    rig = Rig()
+    consumer = FakeConsumer(rig.clock)
+    loop = loop_over(rig, consumer)
+    serve_list_asked_now(rig)
+    rig.clock.advance(0.01)
+    event = add_table(rig, 1, lock_snapshot=[], locks_observed=0, next_txn_id=None)
+    rig.metastore.take_lock(903, "sales.t1", acquired_at=event.occurred_at - timedelta(seconds=5))
+    consumer.append(V, 0, event)
+    every_fresh_vacuum_left_out(rig)
+    run_for(loop, rig, 1)
+    assert rig.fs.deleted == [] and dones(rig) == []
+    [envelope] = rig.published(D)
+    assert envelope.correlation_id == event.event_id and [e.lock_id for e in envelope.locks_held] == [903]
+    assert asked_again(rig) == 1
+    rig.metastore.release(903)
+    consumer.append(D, 0, envelope)
+    run_for(loop, rig, 3)
+    assert [done.correlation_id for done in dones(rig)] == [event.event_id]
