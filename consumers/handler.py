@@ -55,7 +55,9 @@ from acidclean.consumers.rules.readiness import (
 )
 from acidclean.consumers.rules.verdicts import NotYet, Refusal
 from acidclean.consumers.scheduling import (
+    BUNDLE_COHORT_MIN,
     BUNDLE_DUE_SPREAD_MS,
+    cohorts_by_carries,
     delay_envelope,
     next_due,
     runs_due_together,
@@ -1272,12 +1274,24 @@ class CleanupHandler:
                 alone.extend(partition_outs)
                 continue
             # A bundle is due when its last member is: one per run of records due together, so the
-            # records of a batch are not all due (and checked next) when its last checked one is.
-            for packed_outs in runs_due_together(
-                partition_outs,
-                lambda out: due_at_ms(out.event.due_at),
-                self.config.bundle_spread_ms,
-                key=lambda out: out.event.key,
+            # records of a batch are not all due (and checked next) when its last checked one is; and
+            # one per cohort of records with about as many carries left, so its whole carries end
+            # when most of its members are due to be read, not when the first of them is.
+            for packed_outs in (
+                cohort
+                for run in runs_due_together(
+                    partition_outs,
+                    lambda out: due_at_ms(out.event.due_at),
+                    self.config.bundle_spread_ms,
+                    key=lambda out: out.event.key,
+                )
+                for cohort in cohorts_by_carries(
+                    run,
+                    _carries_left,
+                    lambda out: out.event.key,
+                    width=READ_IN_FULL_WITHIN,
+                    min_size=max(BUNDLE_COHORT_MIN, self.config.bundle_min),
+                )
             ):
                 made = bundles_of(
                     [out.event for out in packed_outs],
@@ -1731,7 +1745,7 @@ class CleanupHandler:
             elif group.key != key:
                 return None
             assert not isinstance(listed, str)
-            if not group.single and unchanged_now(group, listed, now, max_wait):
+            if not group.single and unchanged_now(group, listed, now, max_wait) and not _near_its_limit(group):
                 table.unchanged.append(_Unchanged(group, now, due, listed))
                 continue
             # Read in full: kept only if every vacuum of it certainly waits, and written on as the
@@ -2537,6 +2551,18 @@ def _keys_in_two(events: Iterable[object]) -> set[bytes]:
         twice |= seen & keys
         seen |= keys
     return twice
+
+
+def _near_its_limit(group: WaitingGroup) -> bool:
+    """Whether a group carried on unread now would have fewer than READ_IN_FULL_WITHIN checks left: read
+    in full now instead, with the other members of its bundle near their limits (its bundle would
+    otherwise be read member by member again within a few checks, for its sake)."""
+    assert group.unchanged is not None
+    return unchanged_checks_limit(group.key) - group.unchanged.checks - 1 < READ_IN_FULL_WITHIN
+
+
+def _carries_left(out: _DelayOut) -> int | None:
+    return None if out.whole is None else out.whole.carries_left
 
 
 def _summary_of(outs: Sequence[_DelayOut]) -> BundleSummary | None:

@@ -129,6 +129,9 @@ def poll_timeout_s(now_ms: int, next_due_ms: int | None, *, busy: bool) -> float
 
 # Records due further apart than this are not written in one bundle (see runs_due_together).
 BUNDLE_DUE_SPREAD_MS = 10
+# A cohort of fewer records than this goes in its neighbour's bundle (see cohorts_by_carries): each
+# bundle is a record and a check every interval, which a few members' carries do not pay for.
+BUNDLE_COHORT_MIN = 8
 
 
 def runs_due_together(
@@ -170,3 +173,53 @@ def runs_due_together(
             item_key = key(item)
             kept[last_run[item_key]].setdefault(item_key, []).append(item)
     return [[item for same_key in run.values() for item in same_key] for run in kept if run]
+
+
+def cohorts_by_carries(
+    items: Sequence[T],
+    carries_left: Callable[[T], int | None],
+    key: Callable[[T], object],
+    *,
+    width: int,
+    min_size: int,
+) -> list[list[T]]:
+    """One run of a partition's waiting records (:func:`runs_due_together`) cut into the bundles' worth
+    of records that may be carried on whole for about as long as each other.
+
+    A bundle is carried on whole until its member with the fewest carries left must be read in full;
+    that check then reads every member. Packed by due time alone, a bundle mixed members a few checks
+    from their limit with members a whole limit away, so most checks of it read all its members for
+    the sake of one. Here the records whose summary lets them be carried (``carries_left`` above 0)
+    are sorted by it and cut where a record has ``width`` or more carries left than its cohort's first
+    (a cohort of fewer than ``min_size`` goes with its neighbour below, or above for the first); the
+    records that cannot be carried whole (``carries_left`` None or 0, or a key with several records,
+    which its next check merges) go on together, apart, so they do not take the summary of the
+    others' bundle. A key's records stay in one cohort."""
+    by_key: dict[object, list[T]] = {}
+    for item in items:
+        by_key.setdefault(key(item), []).append(item)
+    summarised: list[tuple[int, list[T]]] = []
+    unsummarised: list[T] = []
+    for same_key in by_key.values():
+        left = carries_left(same_key[0]) if len(same_key) == 1 else None
+        if left is None or left <= 0:
+            unsummarised.extend(same_key)
+        else:
+            summarised.append((left, same_key))
+    summarised.sort(key=lambda entry: entry[0])
+    cohorts: list[list[T]] = []
+    first_left = 0
+    for left, same_key in summarised:
+        if not cohorts or left - first_left >= width:
+            cohorts.append([])
+            first_left = left
+        cohorts[-1].extend(same_key)
+    kept: list[list[T]] = []
+    for cohort in cohorts:
+        if (kept and len(cohort) < min_size) or (kept and len(kept[-1]) < min_size):
+            kept[-1].extend(cohort)
+        else:
+            kept.append(cohort)
+    if unsummarised:
+        kept.append(unsummarised)
+    return kept

@@ -16,11 +16,14 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
+from typing import Any
 
 import msgspec
 import pytest
 
+from acidclean.consumers import handler as handler_module
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
+from acidclean.consumers.handler import READ_IN_FULL_WITHIN, CleanupHandler
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
@@ -66,12 +69,12 @@ def lock_id(index: int) -> int:
     return 100 + index
 
 
-def waiting_tables(rig: Rig, per_table: int = PER_TABLE) -> list[list[str]]:
+def waiting_tables(rig: Rig, per_table: int = PER_TABLE, tables: int = TABLES) -> list[list[str]]:
     """TABLES unpartitioned tables sales.t0.., each read under its own lock, each with PER_TABLE minor
     vacuums (deltas 1-3, 4-6, ...); returns each table's vacuum ids (the vacuums are on partition 0 of
     the vacuum topic of the consumer made next)."""
     ids = []
-    for index in range(TABLES):
+    for index in range(tables):
         table = f"sales.t{index}"
         rig.metastore.add_table(table, "file:" + location(index))
         rig.metastore.take_lock(lock_id(index), table)
@@ -98,11 +101,11 @@ def waiting_tables(rig: Rig, per_table: int = PER_TABLE) -> list[list[str]]:
 
 
 def started(
-    rig: Rig, per_table: int = PER_TABLE, executor: Executor | None = None
+    rig: Rig, per_table: int = PER_TABLE, executor: Executor | None = None, tables: int = TABLES
 ) -> tuple[FakeConsumer, CleanerLoop, list[int], list[list[str]]]:
     consumer = FakeConsumer(rig.clock)
     rig.pending = []  # type: ignore[attr-defined]
-    ids = waiting_tables(rig, per_table)
+    ids = waiting_tables(rig, per_table, tables)
     for event in rig.pending:  # type: ignore[attr-defined]
         consumer.append(V, 0, event)
     loop = loop_over(rig, consumer, executor)
@@ -985,11 +988,20 @@ def test_a_group_at_its_check_limit_is_read_in_full_by_the_bundles_check_one_che
     assert rig.metrics.events.labels("bundle_read_in_full")._value.get() >= TABLES
     assert rig.metrics.events.labels("bundle_spilled")._value.get() == 0  # never sent out for it
     assert rig.metrics.events.labels("bundle_carried_whole")._value.get() >= 20
-    for earlier, next_one in pairwise(later):
-        previous = {group.table: group for group in members_of(earlier)}
-        assert checked_at(next_one) >= (header_due_at_ms(earlier) or 0) / 1000  # never early
+    # A check may write a table's next record in another bundle than its last one's (cohorts of
+    # records near their limit go apart): each record is compared with its table's last one.
+    # A bundle's check writes no member within READ_IN_FULL_WITHIN checks of its limit: that member is
+    # read in full now, not a few checks later by a check that reads every member for its sake.
+    rewritten = [bundle for bundle in later[1:] if summary_of(bundle).carried == 0]
+    assert rewritten and all(summary_of(bundle).carries_left >= READ_IN_FULL_WITHIN for bundle in rewritten)
+    last_of: dict[str, tuple[DelayedVacuums, RawRecord]] = {
+        group.table: (group, later[0]) for group in members_of(later[0])
+    }
+    for next_one in later[1:]:
         for group in members_of(next_one):
-            before = previous[group.table]
+            before, earlier = last_of[group.table]
+            last_of[group.table] = (group, next_one)
+            assert checked_at(next_one) >= (header_due_at_ms(earlier) or 0) / 1000  # never early
             # One check more for every vacuum, whether carried on unread (alone, or in a bundle carried
             # on whole: its own summary is then behind by the bundle's whole carries) or read anew.
             counted = dict(
@@ -1012,6 +1024,41 @@ def test_a_group_at_its_check_limit_is_read_in_full_by_the_bundles_check_one_che
     rig.metastore.release(lock_id(5))
     cycle(loop, rig, consumer, seen, 3)
     assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted(ids[5])
+
+
+def members_visited_over(intervals: int, tables: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """Bundle members checked one by one and carried on alone, not due to be read in full, over
+    ``intervals`` intervals of ``tables`` tables waiting on held locks; and the members read in full."""
+    visits = [0]
+    carry_member = CleanupHandler._carry_member
+
+    def counted(self: CleanupHandler, *args: Any, **kwargs: Any) -> Any:
+        carried = carry_member(self, *args, **kwargs)
+        visits[0] += carried is not None
+        return carried
+
+    monkeypatch.setattr(CleanupHandler, "_carry_member", counted)
+    rig = bundled_rig()
+    consumer, loop, seen, _ = started(rig, tables=tables)
+    cycle(loop, rig, consumer, seen, intervals)
+    assert rig.fs.deleted == [] and dones(rig) == []
+    monkeypatch.undo()
+    return visits[0], int(rig.metrics.events.labels("bundle_read_in_full")._value.get())
+
+
+def test_a_bundle_is_written_by_cohorts_of_checks_left_so_its_members_are_read_one_by_one_when_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """40 tables whose keys' limits of unread checks spread over 16-31. Packed together, their bundle was
+    read member by member each time its member nearest its limit was due: most members were carried
+    on alone, not due. Cut into cohorts of about as many checks left, a bundle is read one by one when
+    its members are due to be read in full: a tenth of the members carried alone, no more full reads."""
+    intervals = 100
+    with_cohorts, read_with = members_visited_over(intervals, 40, monkeypatch)
+    monkeypatch.setattr(handler_module, "cohorts_by_carries", lambda run, *args, **kwargs: [list(run)])
+    without, read_without = members_visited_over(intervals, 40, monkeypatch)
+    assert with_cohorts <= 0.1 * without, (with_cohorts, without)
+    assert read_with <= read_without, (read_with, read_without)
 
 
 def test_a_check_that_merges_a_vacuum_delivered_again_with_its_record_writes_an_id_no_other_check_wrote() -> None:

@@ -13,6 +13,7 @@ from acidclean.consumers.scheduling import (
     BUNDLE_DUE_SPREAD_MS,
     BUSY_POLL_CAP_S,
     IDLE_POLL_CAP_S,
+    cohorts_by_carries,
     delay_envelope,
     due_time_problem,
     poll_timeout_s,
@@ -187,3 +188,60 @@ def test_a_tables_two_records_checked_apart_in_one_batch_go_on_in_one_bundle() -
     second = [("b", 1040), ("t", 1040)]
     runs = runs_due_together(second + first, lambda item: item[1], key=lambda item: item[0])
     assert runs == [[("a", 1000)], [("t", 1000), ("t", 1040), ("b", 1040)]]
+
+
+Record = tuple[str, int | None]  # (key, carries left; None: no summary)
+
+
+def _cohorts(items: list[Record], width: int = 8, min_size: int = 3) -> list[list[Record]]:
+    return cohorts_by_carries(items, lambda item: item[1], lambda item: item[0], width=width, min_size=min_size)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcdefghijklmnopqrstuvwxyz"), st.none() | st.integers(min_value=-1, max_value=40)),
+        max_size=60,
+    ),
+    st.integers(min_value=1, max_value=10),
+    st.integers(min_value=1, max_value=6),
+)
+def test_cohorts_keep_every_record_once_and_never_mix_one_that_cannot_be_carried_with_those_that_can(
+    items: list[Record], width: int, min_size: int
+) -> None:
+    cohorts = _cohorts(items, width, min_size)
+    flat = [item for cohort in cohorts for item in cohort]
+    assert sorted(flat, key=repr) == sorted(items, key=repr)  # each record once
+    assert all(cohorts)
+    repeated = {key for key, _ in items if sum(1 for other, _ in items if other == key) > 1}
+    carried = []
+    for cohort in cohorts:
+        # A bundle whose summary is lost to one member is read member by member: such members go apart.
+        carriable = [left is not None and left > 0 and key not in repeated for key, left in cohort]
+        assert all(carriable) or not any(carriable), cohort
+        if all(carriable):
+            carried.append(sorted(left for _, left in cohort if left is not None))
+    keys_in = [{key for key, _ in cohort} for cohort in cohorts]
+    assert all(not (first & second) for first, second in itertools.combinations(keys_in, 2))  # a key in one cohort
+    # Ranges of checks left that do not overlap, in order: and fewer than min_size apart only when there
+    # is nothing else to join.
+    assert all(below[-1] <= above[0] for below, above in itertools.pairwise(carried))
+    assert all(len(cohort) >= min_size for cohort in carried) or len(carried) == 1
+
+
+def test_records_far_apart_in_checks_left_go_in_separate_bundles_and_those_without_a_summary_apart() -> None:
+    """A pass's records with 8-10 checks left, 20-22 and 30 go in three cohorts (each carried on whole
+    until its own members are due to be read), the one without a summary and a table with two records
+    in a fourth; a cohort too small to stand alone joins the one below it."""
+    low = [("a", 9), ("b", 8), ("c", 10)]
+    middle = [("d", 21), ("e", 20), ("f", 22)]
+    high = [("g", 30), ("h", 31), ("i", 30)]
+    loose = [("j", None), ("k", 12), ("k", 25), ("l", 0)]
+    cohorts = _cohorts(high + loose + middle + low)
+    assert cohorts == [
+        [("b", 8), ("a", 9), ("c", 10)],
+        [("e", 20), ("d", 21), ("f", 22)],
+        [("g", 30), ("i", 30), ("h", 31)],
+        [("j", None), ("k", 12), ("k", 25), ("l", 0)],
+    ]
+    assert _cohorts([*low, ("z", 29)]) == [[("b", 8), ("a", 9), ("c", 10), ("z", 29)]]
+    assert _cohorts([("z", 2), *middle]) == [[("z", 2), ("e", 20), ("d", 21), ("f", 22)]]
