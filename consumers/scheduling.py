@@ -131,7 +131,7 @@ def poll_timeout_s(now_ms: int, next_due_ms: int | None, *, busy: bool) -> float
 BUNDLE_DUE_SPREAD_MS = 10
 # A cohort of fewer records than this goes in its neighbour's bundle (see cohorts_by_carries): each
 # bundle is a record and a check every interval, which a few members' carries do not pay for.
-BUNDLE_COHORT_MIN = 16
+BUNDLE_COHORT_MIN = 8
 
 
 def runs_due_together(
