@@ -21,10 +21,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from acidclean.consumers import handler as handler_module
 from acidclean.consumers.handler import Work
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.rules.readiness import Readiness
-from acidclean.consumers.scheduling import delay_envelope
+from acidclean.consumers.scheduling import cohorts_by_carries, delay_envelope
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
@@ -794,6 +795,31 @@ class BundledLoopMachine(BatchedLoopMachine):
 
 BundledLoopMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_bundled_loop_histories_lose_nothing_and_never_run_early = BundledLoopMachine.TestCase
+
+
+def cohorts_of_one(items: Any, carries_left: Any, key: Any, *, width: int, min_size: int) -> list[list[Any]]:
+    """Cohorts one check left wide and one record small (a history of few tables splits its runs)."""
+    return cohorts_by_carries(items, carries_left, key, width=1, min_size=1)
+
+
+class CohortsOfOneMachine(BundledLoopMachine):
+    """The bundled histories with every record of a run whose checks left differ in a bundle of its
+    own (cohorts one check wide, however small): a check's records of one run go on in several
+    bundles, each due when its own last member is, under every interleaving the rules make."""
+
+    def __init__(self) -> None:
+        handler_module.cohorts_by_carries = cohorts_of_one
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            handler_module.cohorts_by_carries = cohorts_by_carries
+
+
+CohortsOfOneMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_histories_with_a_bundle_per_cohort_lose_nothing_and_never_run_early = CohortsOfOneMachine.TestCase
 
 
 class GatheringLoopMachine(BatchedLoopMachine):
