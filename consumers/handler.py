@@ -270,9 +270,10 @@ class LockView:
     listed may have been released since, which only makes the answer more cautious; the same holds for
     open transactions), provided the list was asked for after every event it answers was read."""
 
-    def __init__(self, handler: CleanupHandler, asked_ms: int) -> None:
+    def __init__(self, handler: CleanupHandler, asked_ms: int, renewal: bool = False) -> None:
         self._handler = handler
         self.asked_ms = asked_ms
+        self._renewal = renewal
         self._locks: list[LockInfo] | None = None
         self._by_table: dict[tuple[str, str], list[LockInfo]] | None = None
         self._ids: frozenset[int] | None = None
@@ -285,7 +286,7 @@ class LockView:
         with self._guard:
             if self._locks is None:
                 try:
-                    self._locks = self._handler.show_locks(None)
+                    self._locks = self._handler.show_locks(None, renewal=self._renewal)
                 except MetastoreError:
                     self._handler.forget_lock_view(self)
                     raise
@@ -766,6 +767,7 @@ class CleanupHandler:
         self._answered: LockView | None = None  # the newest view whose lock list has come back
         self._view_lock = threading.Lock()
         self._refreshing = False
+        self._renewing: LockView | None = None  # the renewal under way in the background, if any
         self.tables_per_lock_view = 0  # tables the last replaced lock list answered
         # Delay records this process wrote, by event id: its own clock's time of the check that wrote
         # them. Any lock of their snapshots was taken before that check, so a lock list asked after it
@@ -794,8 +796,9 @@ class CleanupHandler:
         """The newest :class:`LockView` if it was asked for after ``read_by_ms`` (in a later millisecond
         than when the batch's last event was read, or than this process's own check that wrote it) and
         is at most :attr:`lock_view_max_age_ms` old (twice that while its renewal is under way in the
-        background), else a new one (one thread asks; the others wait for its answer). Raises
-        ``MetastoreError`` (a failed answer is not kept)."""
+        background), else the renewal under way if it was asked after ``read_by_ms``, else a new one
+        (one thread asks; the others wait for its answer). Raises ``MetastoreError`` (a failed answer
+        is not kept)."""
         with self._view_lock:
             view = self._view
             now = self._now_ms()
@@ -811,19 +814,34 @@ class CleanupHandler:
                     # one came back): a batch that the last one answers does not wait for it.
                     return answered
                 max_age, cost = self.lock_view_max_age_ms, self._unfiltered_ms()
-                renew_at = max(max_age // 4, max_age - 2 * cost)
-                if cost >= SLOW_SHOW_LOCKS_MS and now - view.asked_ms > renew_at and not self._refreshing:
+                renew = cost >= SLOW_SHOW_LOCKS_MS and now - view.asked_ms > self._renew_at_ms(max_age, cost)
+                if renew and not self._refreshing:
                     # A slow show_locks (thousands of locks) is asked for in the background, so no
                     # batch waits for it: this list serves until it is replaced. A quick one is asked
                     # for by the batch that needs it (no call when nothing is checked).
                     self._refreshing = True
-                    threading.Thread(target=self._refresh_lock_view, name="lock-view", daemon=True).start()
+                    renewal = LockView(self, now, renewal=True)
+                    self._renewing = renewal
+                    threading.Thread(
+                        target=self._refresh_lock_view, args=(renewal,), name="lock-view", daemon=True
+                    ).start()
                 return view
+            renewing = self._renewing
+            if renewing is not None and self._renewal_serves(renewing, read_by_ms, now):
+                # Events read before the renewal under way was asked: they wait for its answer rather
+                # than ask for a list of their own (the same call twice, both waited for).
+                return renewing
             if view is not None:
                 self.tables_per_lock_view = view.served
             view = LockView(self, now)
             self._view = view
             return view
+
+    def _renewal_serves(self, renewal: LockView, read_by_ms: int, now_ms: int) -> bool:
+        """Whether a batch whose events were read by ``read_by_ms`` may wait for ``renewal`` (under way):
+        asked after them, and not under way longer than a list may be old (a hung call is not waited
+        for; the batch asks for itself)."""
+        return renewal.asked_ms > read_by_ms and now_ms - renewal.asked_ms <= self.lock_view_max_age_ms
 
     def _serves(self, view: LockView, now_ms: int) -> bool:
         """Whether ``view`` is young enough to answer a batch now. While its renewal is under way it
@@ -833,9 +851,18 @@ class CleanupHandler:
         age, max_age = now_ms - view.asked_ms, self.lock_view_max_age_ms
         return age <= max_age or (self._refreshing and age <= 2 * max_age)
 
-    def _refresh_lock_view(self) -> None:
+    def _renew_at_ms(self, max_age_ms: int, cost_ms: int) -> int:
+        """How old the shared list is when its background renewal is asked for: so that the renewal is
+        back an eighth of an interval before the list reaches its age limit. A record re-checked one
+        interval after its own check needs a list asked after that check (:func:`_read_by_ms`), so
+        renewal period plus call time must stay under an interval; within that, every renewal less
+        saves a 10,000-lock list (15% of the interpreter at two an interval, with its per-table
+        index another 8%). A batch the renewal would be late for waits for it, not for a call of
+        its own (:meth:`lock_view`)."""
+        return max(max_age_ms // 4, max_age_ms - cost_ms - self.config.interval_ms // 8)
+
+    def _refresh_lock_view(self, view: LockView) -> None:
         try:
-            view = LockView(self, self._now_ms())
             try:
                 view.all_locks()
             except MetastoreError:
@@ -847,6 +874,8 @@ class CleanupHandler:
                         self.tables_per_lock_view = current.served
                     self._view = view
         finally:
+            with self._view_lock:
+                self._renewing = None
             self._refreshing = False
 
     @property
@@ -938,9 +967,12 @@ class CleanupHandler:
         return self._view
 
     def has_lock_view(self, read_by_ms: int) -> bool:
-        """Whether :meth:`lock_view` would answer without asking the metastore."""
-        view = self._view
-        return view is not None and view.asked_ms > read_by_ms and self._serves(view, self._now_ms())
+        """Whether :meth:`lock_view` would answer without a call of its own (a fresh list, or the
+        renewal under way)."""
+        view, renewing, now = self._view, self._renewing, self._now_ms()
+        if renewing is not None and self._renewal_serves(renewing, read_by_ms, now):
+            return True
+        return view is not None and view.asked_ms > read_by_ms and self._serves(view, now)
 
     def _now_ms(self) -> int:
         return int(self._clock.now().timestamp() * 1000)
@@ -1014,9 +1046,9 @@ class CleanupHandler:
         if metastore:
             _ = self._metastore().kind
 
-    def show_locks(self, table: str | None) -> list[LockInfo]:
-        """One table-level show_locks (every lock with ``None``), retried a bounded number of times
-        (then fail closed)."""
+    def show_locks(self, table: str | None, *, renewal: bool = False) -> list[LockInfo]:
+        """One table-level show_locks (every lock with ``None``; ``renewal``: asked in the background
+        to replace the shared list), retried a bounded number of times (then fail closed)."""
         started = time.perf_counter()
         if table is None:
             locks = self._retried("show_locks", lambda metastore: metastore.show_locks())
@@ -1024,6 +1056,8 @@ class CleanupHandler:
             db, name = lock_scope(table)
             locks = self._retried("show_locks", lambda metastore: metastore.show_locks(db, name))
         self.lock_call_costs.record(table is None, time.perf_counter() - started)
+        asked = "table" if table is not None else "renewal" if renewal else "batch"
+        self._metrics.lock_lists.labels(asked).inc()
         return locks
 
     def valid_txns(self) -> ValidTxnList:

@@ -71,6 +71,14 @@ class CleanerMetrics:
         self.metastore_calls = Counter(
             "acidclean_cleaner_metastore_calls", "Metastore calls made, by call.", ["call"], registry=r
         )
+        self.lock_lists = Counter(
+            "acidclean_cleaner_lock_lists",
+            "show_locks answers received, by how they were asked (renewal: every lock, in the background, "
+            "before the shared list grew too old; batch: every lock, for a batch that no fresh list served; "
+            "table: one table's locks, for a batch that one call per table costs less).",
+            ["asked"],
+            registry=r,
+        )
         self.wait_seconds = Histogram(
             "acidclean_cleaner_wait_seconds",
             "From the vacuum's commit to its cleanup.",

@@ -128,6 +128,25 @@ def counts_by_label(cleaners: Sequence[tuple[object, int]], name: str) -> Counte
     return total
 
 
+def window_counters(cleaners: Sequence[tuple[object, int]]) -> Counter[str]:
+    """The cleaners' counters a window reports, summed: metastore show_locks calls, some outcomes,
+    bundle checks by member by reason (``by_member:<reason>``) and lock lists by how asked
+    (``lock_lists:<how>``)."""
+    counters: Counter[str] = Counter()
+    for name in ("carried_unread", "bundle_spilled", "joined_in_bundle", "rejoined"):
+        outcome = f'acidclean_cleaner_events_total{{outcome="{name}"}}'
+        counters[name] = round(sum(scrape(port, outcome) for _, port in cleaners))
+    calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
+    counters["show_locks"] = round(sum(scrape(port, calls) for _, port in cleaners))
+    for prefix, name in (
+        ("by_member", "acidclean_cleaner_bundles_checked_by_member_total"),
+        ("lock_lists", "acidclean_cleaner_lock_lists_total"),
+    ):
+        for label, count in counts_by_label(cleaners, name).items():
+            counters[f"{prefix}:{label}"] = round(count)
+    return counters
+
+
 class HeaderWatcher(threading.Thread):
     """Reads the delay and done topics from the start, headers only: the due time of every envelope,
     the re-check lateness of every envelope that follows one, and the CleanupDone count."""
@@ -354,10 +373,6 @@ def measure(
 ) -> tuple[float, list[float]]:
     """Let the parked vacuums cycle for a few intervals, then report one window (with the cores the
     box, each cleaner and ``services`` used in it)."""
-    calls = 'acidclean_cleaner_metastore_calls_total{call="show_locks"}'
-    carried = 'acidclean_cleaner_events_total{outcome="carried_unread"}'
-    spilled = 'acidclean_cleaner_events_total{outcome="bundle_spilled"}'
-    taken = [f'acidclean_cleaner_events_total{{outcome="{name}"}}' for name in ("joined_in_bundle", "rejoined")]
     # Until the cleaner has taken in what was just published (every parked vacuum re-checked within
     # one interval): the report is of the steady state with that many parked; the time it took to
     # get there (the first check of every new vacuum, and its joining its table's record) is printed.
@@ -370,50 +385,53 @@ def measure(
             break
         time.sleep(interval_s / 2)
     settled_s = time.time() - settle_started
-    before = sum(scrape(port, calls) for _, port in cleaners)
-    carried_before = sum(scrape(port, carried) for _, port in cleaners)
-    spilled_before = sum(scrape(port, spilled) for _, port in cleaners)
-    taken_before = [sum(scrape(port, name) for _, port in cleaners) for name in taken]
-    by_member = "acidclean_cleaner_bundles_checked_by_member_total"
-    by_member_before = counts_by_label(cleaners, by_member)
+    before = window_counters(cleaners)
     processes = {f"cleaner{number}": cleaner.process.pid for number, (cleaner, _) in enumerate(cleaners)}
     cpu = CpuWindow(processes | services | {"bench": os.getpid()}).start()
     start = time.time()
     time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
     end = time.time()
     cpu.stop()
+    # The counters at the window's end: the watcher may take seconds more to catch up with it.
+    counted = window_counters(cleaners)
+    counted.subtract(before)
+    rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
     watcher.caught_up(end)
     kafka_records, bundles = (count / WINDOW_INTERVALS for count in watcher.written_in(start, end))
     samples = watcher.window(start, end)
     if LATENESS_DUMP:  # every re-check of the window, to see when the late ones came
         with open(f"{LATENESS_DUMP}-{label.replace(' ', '_')}.tsv", "w") as dump:
             dump.writelines(f"{at:.4f}\t{late:.4f}\n" for at, late in list(watcher.lateness) if start <= at < end)
-    made = sum(scrape(port, calls) for _, port in cleaners) - before
-    unread = sum(scrape(port, carried) for _, port in cleaners) - carried_before
-    spills = (sum(scrape(port, spilled) for _, port in cleaners) - spilled_before) / WINDOW_INTERVALS
-    joined, rejoined = (
-        (sum(scrape(port, name) for _, port in cleaners) - before_count) / WINDOW_INTERVALS
-        for name, before_count in zip(taken, taken_before, strict=True)
-    )
-    by_member_counts = counts_by_label(cleaners, by_member)
-    by_member_counts.subtract(by_member_before)
+
+    def per_interval_of(name: str) -> float:
+        return counted[name] / WINDOW_INTERVALS
+
     reasons = ", ".join(
-        f"{reason} {count / WINDOW_INTERVALS:,.0f}" for reason, count in by_member_counts.most_common() if count
+        f"{name.split(':', 1)[1]} {count / WINDOW_INTERVALS:,.0f}"
+        for name, count in counted.most_common()
+        if name.startswith("by_member:") and count
     )
-    rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
+    asked = ", ".join(
+        f"{name.split(':', 1)[1]} {count / WINDOW_INTERVALS:.1f}"
+        for name, count in sorted(counted.items())
+        if name.startswith("lock_lists:") and count
+    )
+    reported = ("show_locks", "carried_unread", "bundle_spilled", "joined_in_bundle", "rejoined")
+    made, unread, spills, joined, rejoined = (per_interval_of(name) for name in reported)
     early = [late for late in samples if late < 0]
     per_interval = len(samples) / WINDOW_INTERVALS
     vacuums_per_interval = watcher.vacuums_in(start, end) / WINDOW_INTERVALS
     print(
         f"[bench]   {label}: {parked:,} parked, {per_interval:,.0f} delay records re-checked/interval carrying "
-        f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread / WINDOW_INTERVALS:,.0f} carried unread) in "
+        f"{vacuums_per_interval:,.0f} vacuums (of {parked:,}; {unread:,.0f} carried unread) in "
         f"{kafka_records:,.0f} Kafka records ({bundles:,.0f} bundles; {spills:,.0f} bundle members sent out alone; "
         f"fresh vacuums {joined:,.0f} taken in by bundle checks, {rejoined:,.0f} handed back to their lanes; "
         f"bundles checked member by member/interval: {reasons or 'none'}): "
         "lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
-        f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made / WINDOW_INTERVALS:.1f}; "
+        f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made:.1f} "
+        f"({asked or 'none'}); "
         f"steady {settled_s:.0f} s after publishing; CPU {cpu.summary()}; "
         f"window {utc_clock(start)}-{utc_clock(end)} UTC"
     )

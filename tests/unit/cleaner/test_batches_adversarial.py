@@ -33,7 +33,7 @@ from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.bus.bundle import KEYS_HEADER, BundleKeys, is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.records import RawRecord
-from acidclean.shared.errors import BusError
+from acidclean.shared.errors import BusError, MetastoreError
 from acidclean.shared.metastore import LockInfo
 
 from .fakes import (
@@ -840,7 +840,9 @@ class LateLockListRenewalMachine(BundledLoopMachine):
     """The same histories with a slow lock list (thousands of locks: one list lives an interval) whose
     renewal in the background is always under way and lands only when a rule says so: every list
     serves up to twice its age limit, answering checks of records read long before it was asked,
-    while readers release and take locks meanwhile."""
+    while readers release and take locks meanwhile. A renewal asked for by a rule answers with the
+    locks of that moment (its call under way) and serves batches of records read before then, as a
+    renewal under way does (they wait for it), until it lands."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -850,9 +852,22 @@ class LateLockListRenewalMachine(BundledLoopMachine):
         self.rig.handler._refreshing = True  # a renewal under way: the handler starts none of its own
 
     @rule()
+    def the_renewal_is_asked_for(self) -> None:
+        handler = self.rig.handler
+        if handler._renewing is None:
+            renewal = handler_module.LockView(handler, handler._now_ms(), renewal=True)
+            try:
+                renewal.all_locks()
+            except MetastoreError:
+                return  # a failed renewal is not kept: the batches ask for themselves
+            handler._renewing = renewal
+
+    @rule()
     def the_late_renewal_lands(self) -> None:
-        self.rig.handler._refresh_lock_view()
-        self.rig.handler._refreshing = True
+        handler = self.rig.handler
+        renewal = handler._renewing or handler_module.LockView(handler, handler._now_ms(), renewal=True)
+        handler._refresh_lock_view(renewal)
+        handler._refreshing = True
 
 
 LateLockListRenewalMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings

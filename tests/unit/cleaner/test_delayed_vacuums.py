@@ -713,6 +713,36 @@ def test_a_batch_the_last_answered_lock_list_serves_does_not_wait_for_a_newer_on
     assert rig.metastore.calls["show_locks"] == 2
 
 
+def test_a_batch_read_before_the_renewal_under_way_was_asked_waits_for_it_and_asks_nothing_itself() -> None:
+    """Records re-checked an interval after their own check need a list asked after it; when the last
+    answered list is older but the background renewal was asked after it, their batch waits for that
+    renewal's answer instead of asking for a list of its own (at 10,000 locks, a second call of about
+    500 ms, both waited for). A renewal under way longer than a list may be old is not waited for
+    (test_a_slow_lock_list_stops_serving_at_twice_its_age_even_while_its_renewal_hangs)."""
+    rig = Rig()
+    rig.handler.lock_call_costs.unfiltered_s = 0.2
+    answer, entered = hang_renewals(rig)
+    first = rig.handler.lock_view(rig.clock.now_ms() - 1)
+    first.all_locks()
+    rig.clock.advance(0.5)
+    checked = rig.clock.now_ms()  # a check after the first list was asked
+    rig.clock.advance(1.2)  # 1.7 s: past the renewal point (2 s - 200 ms call - 250 ms)
+    assert rig.handler.lock_view(first.asked_ms - 1) is first  # served, and its renewal starts
+    assert entered.wait(10)
+    asked = rig.metastore.calls["show_locks"]
+    assert rig.handler.has_lock_view(checked)
+    renewal = rig.handler.lock_view(checked)
+    assert renewal is not first and renewal.asked_ms > checked and not renewal.answered
+    waiting = threading.Thread(target=renewal.all_locks, name="batch")
+    waiting.start()
+    waiting.join(0.2)
+    assert waiting.is_alive() and rig.metastore.calls["show_locks"] == asked  # waits, asks nothing
+    answer.set()
+    waiting.join(10)
+    assert renewal.answered and rig.metastore.calls["show_locks"] == asked + 1  # the renewal's call alone
+    assert rig.handler.lock_view(checked) is renewal
+
+
 def hang_renewals(rig: Rig, thread: str = "lock-view") -> tuple[threading.Event, threading.Event]:
     """Make the ``show_locks`` calls of ``rig``'s metastore from the thread named ``thread`` (the
     background renewals by default) hang: until the first event is set, once the second says one has
