@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import queue
 import threading
 import time
 import uuid
@@ -768,6 +769,10 @@ class CleanupHandler:
         self._view_lock = threading.Lock()
         self._refreshing = False
         self._renewing: LockView | None = None  # the renewal under way in the background, if any
+        # Renewals run one after another on one long-lived thread: the cleaner gives each thread its
+        # own metastore client, and a thread per renewal opened (and kept) a connection per renewal.
+        self._renewals: queue.SimpleQueue[LockView] = queue.SimpleQueue()
+        self._renewer: threading.Thread | None = None
         self.tables_per_lock_view = 0  # tables the last replaced lock list answered
         # Delay records this process wrote, by event id: its own clock's time of the check that wrote
         # them. Any lock of their snapshots was taken before that check, so a lock list asked after it
@@ -822,9 +827,7 @@ class CleanupHandler:
                     self._refreshing = True
                     renewal = LockView(self, now, renewal=True)
                     self._renewing = renewal
-                    threading.Thread(
-                        target=self._refresh_lock_view, args=(renewal,), name="lock-view", daemon=True
-                    ).start()
+                    self._start_renewal(renewal)
                 return view
             renewing = self._renewing
             if renewing is not None and self._renewal_serves(renewing, read_by_ms, now):
@@ -860,6 +863,21 @@ class CleanupHandler:
         index another 8%). A batch the renewal would be late for waits for it, not for a call of
         its own (:meth:`lock_view`)."""
         return max(max_age_ms // 4, max_age_ms - cost_ms - self.config.interval_ms // 8)
+
+    def _start_renewal(self, renewal: LockView) -> None:
+        """Hand ``renewal`` to the renewal thread (started on first use; called under ``_view_lock``)."""
+        if self._renewer is None:
+            self._renewer = threading.Thread(target=self._renew_forever, name="lock-view", daemon=True)
+            self._renewer.start()
+        self._renewals.put(renewal)
+
+    def _renew_forever(self) -> None:
+        while True:
+            renewal = self._renewals.get()
+            try:
+                self._refresh_lock_view(renewal)
+            except Exception as error:  # a bug, not the metastore (that one is expected): the next one runs
+                LOGGER.error("renewing the shared lock list failed (report this: it is a bug)", exc_info=error)
 
     def _refresh_lock_view(self, view: LockView) -> None:
         try:

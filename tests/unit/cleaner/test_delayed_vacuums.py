@@ -743,6 +743,31 @@ def test_a_batch_read_before_the_renewal_under_way_was_asked_waits_for_it_and_as
     assert rig.handler.lock_view(checked) is renewal
 
 
+def test_background_renewals_run_one_after_another_on_one_thread_so_they_share_one_metastore_client() -> None:
+    """The cleaner gives each thread its own metastore client (a connection): a thread per renewal
+    opened one more connection per renewal, one or two an interval, and kept them all."""
+    rig = Rig()
+    rig.handler.lock_call_costs.unfiltered_s = 0.2
+    threads: list[threading.Thread] = []
+    ask = rig.metastore.show_locks
+
+    def noting_show_locks(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "lock-view":
+            threads.append(threading.current_thread())
+        return ask(*args, **kwargs)
+
+    rig.metastore.show_locks = noting_show_locks  # type: ignore[method-assign]
+    rig.handler.lock_view(rig.clock.now_ms() - 1).all_locks()
+    for _ in range(3):
+        rig.clock.advance(1.7)  # past the renewal point: a renewal starts
+        rig.handler.lock_view(0)
+        deadline = time.monotonic() + 10
+        while (rig.handler._refreshing or rig.handler._renewing is not None) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(threads) == 3
+    assert all(thread is threads[0] for thread in threads)
+
+
 def hang_renewals(rig: Rig, thread: str = "lock-view") -> tuple[threading.Event, threading.Event]:
     """Make the ``show_locks`` calls of ``rig``'s metastore from the thread named ``thread`` (the
     background renewals by default) hang: until the first event is set, once the second says one has
