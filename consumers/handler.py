@@ -262,6 +262,14 @@ class PreparedCleanup:
     locks: TableLockCheck
 
 
+def _by_table(locks: Sequence[LockInfo]) -> dict[tuple[str, str], list[LockInfo]]:
+    """Locks by (database, table), lower-cased as :func:`lock_scope` names them."""
+    index: dict[tuple[str, str], list[LockInfo]] = {}
+    for lock in locks:
+        index.setdefault((lock.db.lower(), (lock.table or "").lower()), []).append(lock)
+    return index
+
+
 class LockView:
     """One unfiltered ``show_locks`` and one transaction list, each asked at most once and only when a
     check needs it, made at or after ``asked_ms``: shared by every batch that starts while it is fresh.
@@ -313,11 +321,20 @@ class LockView:
         with self._guard:
             self.served += 1
             if self._by_table is None:
-                index: dict[tuple[str, str], list[LockInfo]] = {}
-                for lock in locks:
-                    index.setdefault((lock.db.lower(), (lock.table or "").lower()), []).append(lock)
-                self._by_table = index
+                self._by_table = _by_table(locks)
             return list(self._by_table.get(lock_scope(table), ()))
+
+    def index(self) -> None:
+        """Ask for the list, and build its per-table index and id set now, off any batch's path: the
+        background renewal does this before the list is shared, so the first batch on a 10,000-lock
+        list does not build them while the others wait on its guard."""
+        locks = self.all_locks()
+        by_table, ids = _by_table(locks), frozenset(lock.lock_id for lock in locks)
+        with self._guard:
+            if self._by_table is None:
+                self._by_table = by_table
+            if self._ids is None:
+                self._ids = ids
 
     def transactions(self) -> ValidTxnList:
         with self._guard:
@@ -882,7 +899,7 @@ class CleanupHandler:
     def _refresh_lock_view(self, view: LockView) -> None:
         try:
             try:
-                view.all_locks()
+                view.index()
             except MetastoreError:
                 return  # the batches ask again themselves once the current list is too old
             with self._view_lock:

@@ -768,6 +768,39 @@ def test_background_renewals_run_one_after_another_on_one_thread_so_they_share_o
     assert all(thread is threads[0] for thread in threads)
 
 
+def test_a_background_renewal_indexes_its_list_before_any_batch_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 10,000 locks the per-table index took about 10 ms of the interpreter; built by the first
+    batch on a renewed list, it held the other batches at the list's guard meanwhile."""
+    from acidclean.consumers import handler as handler_module
+
+    rig = Rig()
+    rig.handler.lock_call_costs.unfiltered_s = 0.2
+    built_on: list[str] = []
+    build = handler_module._by_table
+
+    def noting_build(locks: Any) -> Any:
+        built_on.append(threading.current_thread().name)
+        return build(locks)
+
+    monkeypatch.setattr(handler_module, "_by_table", noting_build)
+    rig.metastore.take_lock(41, "db.t")
+    rig.metastore.take_lock(42, "db.other")
+    first = rig.handler.lock_view(rig.clock.now_ms() - 1)
+    assert [held.lock_id for held in first.table_locks("db.t")] == [41]
+    assert built_on == [threading.current_thread().name]
+    rig.clock.advance(1.7)  # past the renewal point: a renewal starts
+    rig.handler.lock_view(0)
+    deadline = time.monotonic() + 10
+    while rig.handler.current_lock_view is first and time.monotonic() < deadline:
+        time.sleep(0.01)
+    renewed = rig.handler.current_lock_view
+    assert renewed is not first and renewed is not None
+    assert built_on[1:] == ["lock-view"]
+    assert [held.lock_id for held in renewed.table_locks("db.t")] == [41]
+    assert renewed.lock_ids() == frozenset({41, 42})
+    assert built_on[1:] == ["lock-view"]  # the batches' reads built nothing more
+
+
 def hang_renewals(rig: Rig, thread: str = "lock-view") -> tuple[threading.Event, threading.Event]:
     """Make the ``show_locks`` calls of ``rig``'s metastore from the thread named ``thread`` (the
     background renewals by default) hang: until the first event is set, once the second says one has
