@@ -193,6 +193,8 @@ class CleanerProcess:
             workers=threads,
             batch_tables=self.options.batch_tables,
             gather_ms=settings.cleanup_bundle_spread_ms,
+            group_id=self.group_id,
+            group_protocol=settings.kafka.get("group.protocol", "classic"),
         )
         # A step blocks at most half a second polling, longer only while a rebalance waits for the
         # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.

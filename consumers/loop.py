@@ -71,6 +71,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, TopicPartition
 
+from acidclean.consumers.assignment import Lopsided, lopsided, lopsided_advice, partitions_by_topic
 from acidclean.consumers.bundles import WaitingBundle, read_bundle
 from acidclean.consumers.handler import CleanupHandler, Outcome, Work
 from acidclean.consumers.logs import log
@@ -84,6 +85,9 @@ from acidclean.shared.bus.records import RawRecord, raw_record
 from acidclean.shared.errors import BusError
 
 LOGGER = logging.getLogger("acidclean.cleaner")
+# How long an assignment may stay lopsided (one topic's partitions and none of the other) before the
+# loop warns: well past the two rounds of a cooperative rebalance.
+LOPSIDED_WARN_AFTER_MS = 60_000
 Partition = tuple[str, int]
 _GROUP_TYPE = DelayedVacuums.event_type.encode()
 _ENVELOPE_TYPE = DelayEnvelope.event_type.encode()
@@ -193,6 +197,8 @@ class LoopConfig:
     # A due delay record of one table alone waits up to this for the partition's other such records due
     # within it, so they are checked in one batch and go on in one bundle (the handler's bundle spread)
     gather_ms: int = 0
+    group_id: str = ""  # for the warning about a lopsided assignment
+    group_protocol: str = "classic"  # Kafka's group.protocol: which advice that warning gives
 
 
 @dataclass
@@ -260,6 +266,9 @@ class CleanerLoop:
         self._pending: dict[str, tuple[float, float]] = {}  # lane -> (oldest committed at, last seen), for metrics
         self._pending_lock = threading.Lock()
         self._stop = threading.Event()
+        # Partitions of one topic owned and none of the other, since when (the loop's clock), warned yet.
+        self._lopsided: tuple[Lopsided, int] | None = None
+        self._lopsided_warned = False
         self.abandoned_close = False  # the broker did not answer the final commit and group leave
         self._tenant_prefix = f"{config.tenant}/".encode()
         metrics.bind(
@@ -306,6 +315,7 @@ class CleanerLoop:
         self._drain_finished()
         self._dispatch_lanes()
         self._commit(asynchronous=True)
+        self._warn_if_lopsided(now)
         self._on_step()
 
     def _fetch(self, timeout: float) -> list[Any]:
@@ -1085,6 +1095,7 @@ class CleanerLoop:
             for item in partitions:
                 self._states[(item.topic, item.partition)] = PartitionState(generation=next(self._generations))
         self._metrics.rebalances.labels("assigned").inc(len(partitions))
+        self._note_assignment()
         log(LOGGER, logging.INFO, "partitions assigned", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -1099,6 +1110,7 @@ class CleanerLoop:
         self._commit(asynchronous=False, only=revoked, force=True)
         self._forget(revoked)
         self._metrics.rebalances.labels("revoked").inc(len(partitions))
+        self._note_assignment()
         log(LOGGER, logging.INFO, "partitions revoked", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def on_lost(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -1112,6 +1124,7 @@ class CleanerLoop:
         self._purge_lanes(set(lost))
         self._forget(lost)  # other members may own them already: commit nothing
         self._metrics.rebalances.labels("lost").inc(len(partitions))
+        self._note_assignment()
         log(LOGGER, logging.WARNING, "partitions lost", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def _purge_lanes(self, partitions: set[Partition]) -> None:
@@ -1138,6 +1151,31 @@ class CleanerLoop:
                 self._joiners[key] = kept
             else:
                 del self._joiners[key]
+
+    def _note_assignment(self) -> None:
+        """Count the partitions owned per topic (a gauge), and note since when they are lopsided."""
+        counts = partitions_by_topic(self._states.keys(), [self.config.vacuum_topic, self.config.delay_topic])
+        for topic, owned in counts.items():
+            self._metrics.assigned_partitions.labels(topic).set(owned)
+        found = lopsided(counts)
+        if found is None:
+            self._lopsided, self._lopsided_warned = None, False
+        elif self._lopsided is None:
+            self._lopsided = (found, self._clock.now_ms())
+        else:
+            self._lopsided = (found, self._lopsided[1])
+
+    def _warn_if_lopsided(self, now_ms: int) -> None:
+        """Warn once when the assignment has stayed lopsided past a rebalance's usual length: the
+        cooperative protocols move partitions in two rounds, lopsided for a moment in between."""
+        if self._lopsided is None or self._lopsided_warned:
+            return
+        found, since_ms = self._lopsided
+        if now_ms - since_ms < LOPSIDED_WARN_AFTER_MS:
+            return
+        self._lopsided_warned = True
+        advice = lopsided_advice(found, self.config.group_id, self.config.group_protocol, (now_ms - since_ms) / 1000)
+        log(LOGGER, logging.WARNING, advice, owned=found.owned, topic=found.topic, missing=found.missing)
 
     def _forget(self, partitions: Sequence[Partition]) -> None:
         with self._guard:

@@ -101,6 +101,12 @@ class CleanerMetrics:
         self.rebalances = Counter(
             "acidclean_cleaner_rebalances", "Partitions assigned, revoked or lost.", ["kind"], registry=r
         )
+        self.assigned_partitions = Gauge(
+            "acidclean_cleaner_assigned_partitions",
+            "Partitions of each topic this process owns in its consumer group.",
+            ["topic"],
+            registry=r,
+        )
         self.paused_partitions = Gauge(
             "acidclean_cleaner_paused_partitions",
             "Delay-topic partitions whose next record is not yet due (held, with those read after it).",

@@ -1,0 +1,67 @@
+"""Whether a cleaner's share of its group's partitions leaves one of its two topics to other processes.
+
+A cleaner reads the vacuum topic and the delay topic. Kafka's classic group protocol assigns with
+``cooperative-sticky``, which balances the number of partitions each member owns, not each topic's:
+a process that joins a running one may get every delay partition while the other keeps every vacuum
+partition. Then a table's fresh vacuums and its waiting records are checked in different processes
+(they cannot go on in one record), and one process does nearly all the re-checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+# Owning a single partition of one topic and none of the other is what a group with as many members
+# as partitions gets under any assignor: only two or more is a split another assignment would even out.
+LOPSIDED_FROM = 2
+
+
+@dataclass(frozen=True)
+class Lopsided:
+    """This process owns ``owned`` partitions of ``topic`` and none of ``missing``."""
+
+    topic: str
+    owned: int
+    missing: str
+
+
+def partitions_by_topic(partitions: Iterable[tuple[str, int]], topics: Sequence[str]) -> dict[str, int]:
+    """How many of ``partitions`` (topic, number) each of ``topics`` has (zero included)."""
+    counts = dict.fromkeys(topics, 0)
+    for topic, _ in partitions:
+        if topic in counts:
+            counts[topic] += 1
+    return counts
+
+
+def lopsided(counts: Mapping[str, int]) -> Lopsided | None:
+    """The topic this process owns at least :data:`LOPSIDED_FROM` partitions of while it owns none of
+    another of its topics (the first such pair in ``counts``' order), or None."""
+    missing = next((topic for topic, owned in counts.items() if owned == 0), None)
+    if missing is None:
+        return None
+    for topic, owned in counts.items():
+        if owned >= LOPSIDED_FROM:
+            return Lopsided(topic, owned, missing)
+    return None
+
+
+def lopsided_advice(found: Lopsided, group_id: str, group_protocol: str, for_s: float) -> str:
+    """The warning for ``found``: what it costs and what to change."""
+    what = (
+        f"for {for_s:.0f} s this process has owned {found.owned} partitions of {found.topic} and none of "
+        f"{found.missing}: other processes of group {group_id} read them, so a table's fresh vacuums and its "
+        "waiting records are checked in different processes and the work is split unevenly"
+    )
+    if group_protocol.lower() == "consumer":
+        return (
+            f"{what}. With group.protocol=consumer the broker's range assignor gives each process the same "
+            "partition numbers of every topic: give both topics the same number of partitions, and run no "
+            "more processes than that number"
+        )
+    return (
+        f"{what}. Kafka's classic group protocol (cooperative-sticky) balances the number of partitions each "
+        "process owns, not each topic's; it tips this way when a process joins a group that is already "
+        "running (a rolling restart). On Kafka 4.0 or later set ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer"
+    )
