@@ -57,11 +57,11 @@ def lopsided_advice(found: Lopsided, group_id: str, group_protocol: str, for_s: 
     if group_protocol.lower() == "consumer":
         return (
             f"{what}. With group.protocol=consumer the broker's range assignor gives each process the same "
-            "partition numbers of every topic: give both topics the same number of partitions, and run no "
-            "more processes than that number"
+            "partition numbers of every topic: give both topics the same number of partitions"
         )
     return (
         f"{what}. Kafka's classic group protocol (cooperative-sticky) balances the number of partitions each "
         "process owns, not each topic's; it tips this way when a process joins a group that is already "
-        "running (a rolling restart). On Kafka 4.0 or later set ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer"
+        "running (a rolling restart). On Kafka 4.0 or later set ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer on every "
+        "process of the group; on older brokers restart the group's processes together"
     )

@@ -270,6 +270,10 @@ def _by_table(locks: Sequence[LockInfo]) -> dict[tuple[str, str], list[LockInfo]
     return index
 
 
+def _lock_ids(locks: Sequence[LockInfo]) -> frozenset[int]:
+    return frozenset(lock.lock_id for lock in locks)
+
+
 class LockView:
     """One unfiltered ``show_locks`` and one transaction list, each asked at most once and only when a
     check needs it, made at or after ``asked_ms``: shared by every batch that starts while it is fresh.
@@ -312,7 +316,7 @@ class LockView:
         locks = self.all_locks()
         with self._guard:
             if self._ids is None:
-                self._ids = frozenset(lock.lock_id for lock in locks)
+                self._ids = _lock_ids(locks)
             return self._ids
 
     def table_locks(self, table: str) -> list[LockInfo]:
@@ -329,7 +333,7 @@ class LockView:
         background renewal does this before the list is shared, so the first batch on a 10,000-lock
         list does not build them while the others wait on its guard."""
         locks = self.all_locks()
-        by_table, ids = _by_table(locks), frozenset(lock.lock_id for lock in locks)
+        by_table, ids = _by_table(locks), _lock_ids(locks)
         with self._guard:
             if self._by_table is None:
                 self._by_table = by_table
