@@ -4,7 +4,8 @@
 (default 10,000 in all; the issue's target is 10,000 tables and 100,000 vacuums). Every table is
 held by a real SHARED_READ lock in the real metastore: ``WAVES`` lock requests, each covering every
 ``WAVES``-th table. The vacuums are parked in two steps (a tenth, then the rest), and for each step
-the benchmark reports, over a window of several intervals:
+the benchmark reports, over a window of ``ACIDCLEAN_SCALE_WINDOW_INTERVALS`` intervals (default 5; longer
+holds the steady state long enough to profile it):
 
 * re-check lateness: an envelope's re-check time (its successor's ``ce_time``) minus its due time
   (``x-due-at``), read from the record headers only; never negative ("never early"). The vacuums of
@@ -64,7 +65,7 @@ SPREAD_PER_INTERVAL = 5000
 SLICES_PER_INTERVAL = 20
 GROUP_TYPE = b"acidclean.cleanup.delayed-vacuums"
 VACUUM_FIELD = b'{"vacuum":'
-WINDOW_INTERVALS = 5
+WINDOW_INTERVALS = int(os.environ.get("ACIDCLEAN_SCALE_WINDOW_INTERVALS", "5"))  # the measured window, in intervals
 SETTLE_LIMIT_S = float(os.environ.get("ACIDCLEAN_SCALE_SETTLE_S", "180"))
 # A path prefix: each step's window of (re-checked at, lateness) pairs is written to <prefix>-<step>.tsv.
 LATENESS_DUMP = os.environ.get("ACIDCLEAN_SCALE_DUMP", "")
