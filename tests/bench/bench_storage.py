@@ -12,6 +12,7 @@ Run: ``pytest tests/bench/bench_storage.py -m bench -s``.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ import pyarrow.orc as pa_orc
 import pytest
 from bench_cleaner import reference_clean
 from cleaner_support import TENANT, Watcher, create_uri_table, publish, start_cleaner_process
+from cpu_use import CpuWindow, listening_pid
 from storage_support import StorageStack
 
 from acidclean.producers.ingest import IngestRequest, create_table, ingest
@@ -35,7 +37,7 @@ from acidclean.shared.settings import Settings, load_settings
 
 pytestmark = pytest.mark.bench
 
-TABLES = 30
+TABLES = int(os.environ.get("ACIDCLEAN_BENCH_S3_TABLES", "30"))  # lock-free tables a run of the S3 cleanups bench
 DELTAS, ROWS, BUCKETS, RUNS = 20, 400_000, 2, 3
 MB = 1024 * 1024
 
@@ -90,11 +92,19 @@ def test_s3_cleanups_per_second_against_a_single_threaded_loop(
     our_vacuums = [table.minor_vacuum() for table in ours]
     their_vacuums = [table.minor_vacuum() for table in theirs]
 
+    assert s3_stack.s3_endpoint is not None
+    services = {
+        "s3 server": listening_pid(s3_stack.s3_endpoint.endpoint_url),
+        "metastore": listening_pid(s3_stack.metastore_uri),
+        "broker": listening_pid(kafka_bootstrap),
+    }
     before = _requests(s3_stack)
+    reference_cpu = CpuWindow({"loop": os.getpid(), **services}).start()
     started = time.perf_counter()
     for table, vacuum in zip(theirs, their_vacuums, strict=True):
         assert reference_clean(metastore, table, vacuum) == 3
     reference_s = time.perf_counter() - started
+    reference_cpu.stop()
     reference_requests = _per_cleanup(before, _requests(s3_stack), TABLES)
 
     watcher = Watcher(settings)
@@ -105,9 +115,11 @@ def test_s3_cleanups_per_second_against_a_single_threaded_loop(
         publish(settings, warm_vacuum)
         watcher.wait_for(lambda: watcher.done(warm_vacuum), 60, "the warm-up cleanup")
         before = _requests(s3_stack)
+        cleaner_cpu = CpuWindow({"cleaner": cleaner.process.pid, **services}).start()
         published_at = datetime.now(timezone.utc)
         publish(settings, *our_vacuums)
         watcher.wait_for(lambda: all(watcher.done(v) for v in our_vacuums), 180, "every CleanupDone")
+        cleaner_cpu.stop()
         last = max(watcher.done(v)[0].occurred_at for v in our_vacuums)
         cleaner_s = (last - published_at).total_seconds()
         cleaner_requests = _per_cleanup(before, _requests(s3_stack), TABLES)
@@ -121,7 +133,10 @@ def test_s3_cleanups_per_second_against_a_single_threaded_loop(
         f"({cleaner_s:.2f} s) vs single-threaded loop {ref_rate:.1f}/s ({reference_s:.2f} s): "
         f"ratio {ours_rate / ref_rate:.2f}\n"
         f"[bench] S3 requests per cleanup, cleaner: {cleaner_requests}\n"
-        f"[bench] S3 requests per cleanup, loop:    {reference_requests}"
+        f"[bench] S3 requests per cleanup, loop:    {reference_requests}\n"
+        # Which part is the limit: the S3 server (moto, Python) shares the box's cores with the rest.
+        f"[bench] CPU, cleaner's run: {cleaner_cpu.summary()}\n"
+        f"[bench] CPU, loop's run:    {reference_cpu.summary()}"
     )
 
 
