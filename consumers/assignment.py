@@ -62,6 +62,8 @@ def lopsided_advice(found: Lopsided, group_id: str, group_protocol: str, for_s: 
     return (
         f"{what}. Kafka's classic group protocol (cooperative-sticky) balances the number of partitions each "
         "process owns, not each topic's; it tips this way when a process joins a group that is already "
-        "running (a rolling restart). On Kafka 4.0 or later set ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer on every "
-        "process of the group; on older brokers restart the group's processes together"
+        "running (a rolling restart), and even when the processes start together (the first to join gets every "
+        "partition, and the rebalance hands the next one whole topics). On Kafka 4.0 or later set "
+        "ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer on every process of the group; on older brokers restarting the "
+        "group's processes together may even it out, not reliably"
     )
