@@ -23,7 +23,7 @@ from acidclean.deploy.local.jars import kafka_libs
 from acidclean.deploy.local.process import (
     StartedProcess,
     ensure_port_free,
-    free_port,
+    free_ports,
     java_executable,
     port_accepts,
     run_to_completion,
@@ -199,7 +199,10 @@ def start_kafka(
         raise ValueError("start_kafka takes sasl_users or tls, not both")
     if broker_port is not None:
         ensure_port_free(broker_port, "Kafka")
-    ports = KafkaPorts(broker=broker_port or free_port(), controller=free_port())
+        ports = KafkaPorts(broker=broker_port, controller=free_ports(1, taken=[broker_port])[0])
+    else:
+        broker, controller = free_ports(2)
+        ports = KafkaPorts(broker=broker, controller=controller)
     home = state_dir / "kafka"
     data_dir = home / "data"
     log_dir = state_dir / "logs"

@@ -17,7 +17,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +28,30 @@ LOG_TAIL_LINES = 25
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, *, taken: Iterable[int] = ()) -> list[int]:
+    """``count`` different TCP ports on 127.0.0.1 that nothing listens on right now, none of ``taken``.
+
+    Every probe stays bound until all are picked: two ``free_port()`` calls in a row may get the same
+    port back (the first probe is closed before the second binds), and a service given that port
+    twice refuses to start (Kafka: "two listeners on the same port")."""
+    avoid = set(taken)
+    probes: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            probes.append(probe)
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+            if port not in avoid:
+                ports.append(port)
+    finally:
+        for probe in probes:
+            probe.close()
+    return ports
 
 
 def ensure_port_free(port: int, service: str) -> None:
