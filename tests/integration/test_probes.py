@@ -8,7 +8,6 @@ does not bring a metastore back.
 
 from __future__ import annotations
 
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -18,15 +17,9 @@ import pytest
 from cleaner_support import cleaner_settings, running_cleaner
 
 from acidclean.consumers.cleaner_process import CleanerOptions
+from acidclean.deploy.local.process import free_port, free_ports
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def get(port: int, path: str) -> tuple[int, str]:
@@ -69,9 +62,8 @@ def test_a_running_cleaner_is_live_and_ready_once_assigned(
 def test_a_dead_metastore_makes_the_cleaner_unready_naming_the_address_but_not_unhealthy(
     kafka_bootstrap: str, tmp_path: Path, unique_name: str
 ) -> None:
-    dead = free_port()
+    dead, port = free_ports(2)  # never one port for both: the metrics server would answer the "dead" address
     settings = cleaner_settings(kafka_bootstrap, f"thrift://127.0.0.1:{dead}", tmp_path, unique_name)
-    port = free_port()
     options = CleanerOptions(cleaner_id="probes-dead-hms", metrics_port=port, metrics_address="127.0.0.1")
     with running_cleaner(settings, options):
         body = wait_for(port, "/readyz", 503)

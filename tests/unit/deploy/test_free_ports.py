@@ -17,37 +17,47 @@ def test_ports_picked_together_are_all_different_and_each_can_be_bound() -> None
             server.bind(("127.0.0.1", port))
 
 
-def test_a_taken_port_is_never_handed_out() -> None:
-    taken = process.free_ports(16)
-    # Whatever the system offers next, none of ``taken`` comes back.
-    assert not set(process.free_ports(64, taken=taken)) & set(taken)
+class _System:
+    """A socket factory standing in for the system: each bind gets the next offered port that is not
+    bound at the moment (as the real system never hands out a bound port)."""
+
+    def __init__(self, offered: list[int]) -> None:
+        self.offered = iter(offered)
+        self.bound: set[int] = set()
+
+    def __call__(self, *_: object) -> _Probe:
+        return _Probe(self)
+
+
+class _Probe:
+    def __init__(self, system: _System) -> None:
+        self.system, self.port = system, 0
+
+    def bind(self, address: tuple[str, int]) -> None:
+        port = next(self.system.offered)
+        while port in self.system.bound:
+            port = next(self.system.offered)
+        self.port = port
+        self.system.bound.add(port)
+
+    def getsockname(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def close(self) -> None:
+        self.system.bound.discard(self.port)
 
 
 def test_the_probes_stay_bound_until_every_port_is_picked(monkeypatch: pytest.MonkeyPatch) -> None:
     """The system offers the port it just freed again (as it may): a picker that closed each probe
     before the next would hand it out twice."""
-    offered = iter([41001, 41001, 41002])
-    bound: set[int] = set()
-
-    class Probe:
-        def __init__(self, *_: object) -> None:
-            self.port = 0
-
-        def bind(self, address: tuple[str, int]) -> None:
-            port = next(offered)
-            while port in bound:  # the real system never offers a port that is still bound
-                port = next(offered)
-            self.port = port
-            bound.add(port)
-
-        def getsockname(self) -> tuple[str, int]:
-            return ("127.0.0.1", self.port)
-
-        def close(self) -> None:
-            bound.discard(self.port)
-
-    monkeypatch.setattr(process.socket, "socket", Probe)
+    monkeypatch.setattr(process.socket, "socket", _System([41001, 41001, 41002]))
     assert process.free_ports(2) == [41001, 41002]
+
+
+def test_a_taken_port_is_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system offers a port the caller already gave to another service: it is passed over."""
+    monkeypatch.setattr(process.socket, "socket", _System([9092, 41003]))
+    assert process.free_ports(1, taken=[9092]) == [41003]
 
 
 def test_free_port_is_one_free_port() -> None:
