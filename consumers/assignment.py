@@ -1,16 +1,20 @@
 """Whether a cleaner's share of its group's partitions leaves one of its two topics to other processes.
 
 A cleaner reads the vacuum topic and the delay topic. Kafka's classic group protocol assigns with
-``cooperative-sticky``, which balances the number of partitions each member owns, not each topic's:
-a process that joins a running one may get every delay partition while the other keeps every vacuum
-partition. Then a table's fresh vacuums and its waiting records are checked in different processes
-(they cannot go on in one record), and one process does nearly all the re-checks.
+``cooperative-sticky`` by default, which balances the number of partitions each member owns, not each
+topic's: a process that joins a running one may get every delay partition while the other keeps every
+vacuum partition. Then a table's fresh vacuums and its waiting records are checked in different
+processes (they cannot go on in one record), and one process does nearly all the re-checks. The range
+assignors (the classic protocol's, eager, or the broker's) give each process the same partition numbers
+of both topics, unless the topics have different partition counts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from acidclean.shared.bus.consumer import Assignment
 
 # Owning a single partition of one topic and none of the other is what a group with as many members
 # as partitions gets under any assignor: only two or more is a split another assignment would even out.
@@ -47,23 +51,30 @@ def lopsided(counts: Mapping[str, int]) -> Lopsided | None:
     return None
 
 
-def lopsided_advice(found: Lopsided, group_id: str, group_protocol: str, for_s: float) -> str:
+def lopsided_advice(found: Lopsided, group_id: str, assignment: Assignment, for_s: float) -> str:
     """The warning for ``found``: what it costs and what to change."""
     what = (
         f"for {for_s:.0f} s this process has owned {found.owned} partitions of {found.topic} and none of "
         f"{found.missing}: other processes of group {group_id} read them, so a table's fresh vacuums and its "
         "waiting records are checked in different processes and the work is split unevenly"
     )
-    if group_protocol.lower() == "consumer":
+    if assignment is Assignment.BROKER:
         return (
             f"{what}. With group.protocol=consumer the broker's range assignor gives each process the same "
             "partition numbers of every topic: give both topics the same number of partitions"
         )
+    if assignment is Assignment.CLASSIC_RANGE:
+        return (
+            f"{what}. The range assignor gives each process the same partition numbers of every topic: give "
+            "both topics the same number of partitions"
+        )
     return (
-        f"{what}. Kafka's classic group protocol (cooperative-sticky) balances the number of partitions each "
+        f"{what}. Kafka's classic group protocol with cooperative-sticky balances the number of partitions each "
         "process owns, not each topic's; it tips this way when a process joins a group that is already "
         "running (a rolling restart), and even when the processes start together (the first to join gets every "
         "partition, and the rebalance hands the next one whole topics). On Kafka 4.0 or later set "
-        "ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer on every process of the group; on older brokers restarting the "
-        "group's processes together may even it out, not reliably"
+        "ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer on every process of the group; on older brokers set "
+        "ACIDCLEAN_KAFKA_PARTITION_ASSIGNMENT_STRATEGY=range on every process (its rebalances are eager: each "
+        "process gives up all its partitions whenever one joins or leaves), stopping them all first: the two "
+        "assignors cannot share a group"
     )

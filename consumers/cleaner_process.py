@@ -45,7 +45,7 @@ from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics, Probes
 from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.shared.arrow_filesystem import open_location
-from acidclean.shared.bus.consumer import consumer_config
+from acidclean.shared.bus.consumer import assignment_of, consumer_config
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
@@ -194,7 +194,7 @@ class CleanerProcess:
             batch_tables=self.options.batch_tables,
             gather_ms=settings.cleanup_bundle_spread_ms,
             group_id=self.group_id,
-            group_protocol=settings.kafka.get("group.protocol", "classic"),
+            assignment=assignment_of(settings.kafka),
         )
         # A step blocks at most half a second polling, longer only while a rebalance waits for the
         # in-flight work of revoked partitions: twice that wait without a step is a wedged loop.

@@ -81,6 +81,7 @@ from acidclean.consumers.waiting import WaitingGroup, group_of_model, read_envel
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.bus.bundle import BUNDLE_TYPE
 from acidclean.shared.bus.codec import CE_TYPE, decode, due_at_ms, header_due_at_ms, reject
+from acidclean.shared.bus.consumer import Assignment, ConsumerErrors, take_assignment
 from acidclean.shared.bus.records import RawRecord, raw_record
 from acidclean.shared.errors import BusError
 
@@ -107,6 +108,7 @@ class ConsumerLike(Protocol):
     def seek(self, partition: TopicPartition) -> None: ...
     def commit(self, message: Any = None, offsets: Any = None, asynchronous: bool = True) -> Any: ...
     def incremental_assign(self, partitions: list[TopicPartition]) -> None: ...
+    def assign(self, partitions: list[TopicPartition]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -198,7 +200,8 @@ class LoopConfig:
     # within it, so they are checked in one batch and go on in one bundle (the handler's bundle spread)
     gather_ms: int = 0
     group_id: str = ""  # for the warning about a lopsided assignment
-    group_protocol: str = "classic"  # Kafka's group.protocol: which advice that warning gives
+    # How the group assigns partitions: how an assignment is taken, and which advice that warning gives
+    assignment: Assignment = Assignment.COOPERATIVE_STICKY
 
 
 @dataclass
@@ -269,6 +272,7 @@ class CleanerLoop:
         # Partitions of one topic owned and none of the other, since when (the loop's clock), warned yet.
         self._lopsided: tuple[Lopsided, int] | None = None
         self._lopsided_warned = False
+        self._consumer_errors = ConsumerErrors(LOGGER, config.group_id, clock_s=lambda: self._clock.now_ms() / 1000)
         self.abandoned_close = False  # the broker did not answer the final commit and group leave
         self._tenant_prefix = f"{config.tenant}/".encode()
         metrics.bind(
@@ -366,8 +370,7 @@ class CleanerLoop:
     def _route(self, message: Any, now: int) -> None:
         error = message.error()
         if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log(LOGGER, logging.WARNING, f"consumer error: {error.str()}", code=error.name())
+            self._consumer_errors.report(error)
             return
         partition: Partition = (message.topic(), message.partition())
         state = self._states.get(partition)
@@ -1088,7 +1091,7 @@ class CleanerLoop:
 
     def on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.joined.set()  # cooperative-sticky calls it after every join, with no partitions too
-        self.consumer.incremental_assign(partitions)
+        take_assignment(self.consumer, partitions, self.config.assignment)
         # A partition paused under an earlier ownership may come back still paused: clear it.
         self.consumer.resume([TopicPartition(p.topic, p.partition) for p in partitions])
         with self._guard:
@@ -1174,7 +1177,7 @@ class CleanerLoop:
         if now_ms - since_ms < LOPSIDED_WARN_AFTER_MS:
             return
         self._lopsided_warned = True
-        advice = lopsided_advice(found, self.config.group_id, self.config.group_protocol, (now_ms - since_ms) / 1000)
+        advice = lopsided_advice(found, self.config.group_id, self.config.assignment, (now_ms - since_ms) / 1000)
         log(LOGGER, logging.WARNING, advice, owned=found.owned, topic=found.topic, missing=found.missing)
 
     def _forget(self, partitions: Sequence[Partition]) -> None:

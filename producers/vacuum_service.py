@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from acidclean.producers.vacuum import VacuumResult, outbox_for, spark_session
@@ -42,7 +42,7 @@ from acidclean.producers.vacuum_requests import Handled, RequestHandler, Service
 from acidclean.schemas.events import CleanupRejected, VacuumRequested
 from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.bus.codec import decode
-from acidclean.shared.bus.consumer import consumer_config
+from acidclean.shared.bus.consumer import ConsumerErrors, assignment_of, consumer_config, take_assignment
 from acidclean.shared.bus.kafka_errors import configuration_error
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
@@ -160,6 +160,7 @@ class VacuumService:
         self.options = options or ServiceOptions()
         self.service_id = self.options.service_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group_id = service_group_id(settings)
+        self._consumer_errors = ConsumerErrors(LOGGER, self.group_id)
         self.metrics = metrics or VacuumServiceMetrics()
         self.topic = settings.topic("vacuum_requests")
         if self.options.create_topics:
@@ -310,8 +311,7 @@ class VacuumService:
     def _route(self, message: Any) -> None:
         error = message.error()
         if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
-                log(LOGGER, logging.WARNING, f"consumer error: {error.str()}", code=error.name())
+            self._consumer_errors.report(error)
             return
         partition: Partition = (message.topic(), message.partition())
         state = self._states.get(partition)
@@ -452,7 +452,7 @@ class VacuumService:
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.joined.set()
-        consumer.incremental_assign(partitions)
+        take_assignment(consumer, partitions, assignment_of(self.settings.kafka))
         consumer.resume([TopicPartition(p.topic, p.partition) for p in partitions])
         with self._guard:
             for item in partitions:

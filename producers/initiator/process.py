@@ -1,7 +1,7 @@
 """``acidclean initiator``: one process of the initiator group, the I/O around :class:`InitiatorCore`.
 
-It consumes ``DeltaCommitted`` in the group ``<initiator_group_id>.<tenant>`` (cooperative-sticky, so
-two processes split the delta topic's partitions and each key is decided by one of them), and tails,
+It consumes ``DeltaCommitted`` in the group ``<initiator_group_id>.<tenant>`` (so two processes split
+the delta topic's partitions and each key is decided by one of them), and tails,
 without a group, every partition of the request, vacuum, done and dead-letter topics to know which
 keys have a vacuum in flight. After each assignment it requests nothing until that tail has read
 what those topics held at that moment, so a request made by the partition's previous owner (or by
@@ -62,7 +62,7 @@ from acidclean.shared.acid.state import Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidWriteIdList
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
-from acidclean.shared.bus.consumer import OffsetLedger, make_consumer
+from acidclean.shared.bus.consumer import ConsumerErrors, OffsetLedger, make_consumer
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.reader import reader_config
 from acidclean.shared.bus.records import raw_record
@@ -165,6 +165,7 @@ class InitiatorProcess:
         self.options = options or InitiatorOptions()
         self.initiator_id = self.options.initiator_id or f"initiator-{socket.gethostname()}-{os.getpid()}"
         self.group_id = initiator_group_id(settings)
+        self._consumer_errors = ConsumerErrors(log, self.group_id)
         self.core = InitiatorCore()
         self.metrics = InitiatorMetrics()
         self.calls: Tally[str] = Tally()  # metastore calls and listings, for the benchmark
@@ -353,7 +354,9 @@ class InitiatorProcess:
             self._first_seen.pop(key, None)
 
     def _on_delta(self, message: Message) -> None:
-        if message.error() is not None:
+        error = message.error()
+        if error is not None:
+            self._consumer_errors.report(error)
             return
         record = raw_record(message)
         self._ledger.start(record.topic, record.partition, record.offset)

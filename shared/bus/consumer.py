@@ -1,13 +1,19 @@
 """Consumer-side helpers: at-least-once settings and offsets stored only after the outcome is acked.
 
-A cleaner consumes with ``enable.auto.commit=false`` and ``enable.auto.offset.store=false`` and
-incremental rebalances: ``cooperative-sticky`` assignment in Kafka's classic group protocol, or, with
-``group.protocol=consumer`` (Kafka 4.0 and later, KIP-848), the broker's ``range`` assignor unless
-``group.remote.assignor`` says otherwise. The classic assignor balances the count of partitions, not
-each topic's: a process that joins a running one may get every delay partition while the other keeps
-every vacuum partition. The broker's range assignor gives each process the same partition numbers of
-every topic (co-partitioning), so a table's fresh vacuums and its waiting records, whose keys hash to
-the same partition number, stay in one process. For each record it publishes an outcome (``CleanupDone``, a delay
+A cleaner consumes with ``enable.auto.commit=false`` and ``enable.auto.offset.store=false``. Three ways
+of assigning partitions are accepted (:class:`Assignment`):
+
+- ``cooperative-sticky`` in Kafka's classic group protocol (the default): incremental rebalances, but it
+  balances the count of partitions, not each topic's, so a process that joins a running one may get
+  every delay partition while the other keeps every vacuum partition;
+- ``range`` in the classic protocol: each process gets the same partition numbers of every topic
+  (co-partitioning) on any broker, at the price of eager rebalances (every process gives up all its
+  partitions whenever one joins or leaves, and reads them again from the committed offsets);
+- ``group.protocol=consumer`` (Kafka 4.0 and later, KIP-848): the broker assigns incrementally, with
+  its ``range`` assignor unless ``group.remote.assignor`` says otherwise: co-partitioned too.
+
+Co-partitioning keeps a table's fresh vacuums and its waiting records, whose keys hash to the same
+partition number, in one process. For each record it publishes an outcome (``CleanupDone``, a delay
 envelope or a dead letter); only when the broker acknowledged that outcome may the record's offset
 be stored and committed. Records may finish out of order (several threads), so
 :class:`OffsetLedger` tracks, per partition, the offset below which every record is done: that is
@@ -16,7 +22,10 @@ the only offset that may be committed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -24,17 +33,42 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.bus.kafka_errors import configuration_error
 from acidclean.shared.errors import BusError, ConfigurationError
+from acidclean.shared.logs import log
 
 REQUIRED_CONSUMER_SETTINGS = {
     "enable.auto.commit": "false",
     "enable.auto.offset.store": "false",
 }
-CLASSIC_ASSIGNMENT = ("partition.assignment.strategy", "cooperative-sticky")
+ASSIGNMENT_STRATEGY = "partition.assignment.strategy"
+COOPERATIVE_STICKY = "cooperative-sticky"
+CLASSIC_RANGE = "range"
 # Kafka's consumer group protocol (KIP-848): the broker assigns, always incrementally.
 CONSUMER_PROTOCOL = "consumer"
 BROKER_ASSIGNOR_DEFAULT = ("group.remote.assignor", "range")
 
 Partition = tuple[str, int]
+
+
+class Assignment(enum.Enum):
+    """How a consumer group assigns partitions (see the module's docstring)."""
+
+    COOPERATIVE_STICKY = "classic protocol, cooperative-sticky"
+    CLASSIC_RANGE = "classic protocol, range"
+    BROKER = "consumer protocol"
+
+    @property
+    def incremental(self) -> bool:
+        """Whether a rebalance moves only some partitions (else every member gives up all of them)."""
+        return self is not Assignment.CLASSIC_RANGE
+
+
+def assignment_of(kafka: Mapping[str, str]) -> Assignment:
+    """Which :class:`Assignment` these Kafka settings give (validated by :func:`consumer_config`)."""
+    if str(kafka.get("group.protocol", "classic")).lower() == CONSUMER_PROTOCOL:
+        return Assignment.BROKER
+    if str(kafka.get(ASSIGNMENT_STRATEGY, COOPERATIVE_STICKY)).strip().lower() == CLASSIC_RANGE:
+        return Assignment.CLASSIC_RANGE
+    return Assignment.COOPERATIVE_STICKY
 
 
 def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
@@ -47,7 +81,7 @@ def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
     for name, required in REQUIRED_CONSUMER_SETTINGS.items():
         _require(config, name, required, "which stores and commits an offset only after its outcome is acknowledged")
     if config.get("group.protocol", "classic").lower() == CONSUMER_PROTOCOL:
-        if "partition.assignment.strategy" in config:
+        if ASSIGNMENT_STRATEGY in config:
             raise ConfigurationError(
                 "Kafka setting partition.assignment.strategy belongs to the classic group protocol; with "
                 "group.protocol=consumer the broker assigns partitions: remove it (group.remote.assignor "
@@ -55,23 +89,87 @@ def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
             )
         config.setdefault(*BROKER_ASSIGNOR_DEFAULT)
     else:
-        name, required = CLASSIC_ASSIGNMENT
-        _require(
-            config, name, required, "whose consumers rebalance incrementally", "group.protocol=consumer on Kafka 4.0+"
-        )
+        config[ASSIGNMENT_STRATEGY] = _classic_strategy(config.get(ASSIGNMENT_STRATEGY))
     config["group.id"] = group_id
     config.setdefault("auto.offset.reset", "earliest")
     return config
 
 
-def _require(config: dict[str, str], name: str, required: str, why: str, instead: str | None = None) -> None:
+def _classic_strategy(given: str | None) -> str:
+    """The classic protocol's assignor: ``cooperative-sticky`` unless ``range`` is given; others refused."""
+    if given is None:
+        return COOPERATIVE_STICKY
+    strategy = given.strip().lower()
+    if strategy in (COOPERATIVE_STICKY, CLASSIC_RANGE):
+        return strategy
+    raise ConfigurationError(
+        f"Kafka setting partition.assignment.strategy={given} is not one acidclean takes: use cooperative-sticky "
+        "(the default: incremental rebalances), range (eager rebalances; every process gets the same partition "
+        "numbers of the vacuum and delay topics, on any broker), or group.protocol=consumer on Kafka 4.0+ "
+        "(both); every process of a group needs the same choice"
+    )
+
+
+def take_assignment(consumer: Any, partitions: list[TopicPartition], assignment: Assignment) -> None:
+    """Accept ``partitions`` in a rebalance callback the way ``assignment`` requires: added to what the
+    consumer owns (incremental), or as all it owns (eager ``range``, after it gave up everything)."""
+    if assignment.incremental:
+        consumer.incremental_assign(partitions)
+    else:
+        consumer.assign(partitions)
+
+
+def group_protocol_conflict(error: KafkaError) -> str | None:
+    """What to do when the broker refused this process's join because the group's other processes
+    assign another way, or None for any other error."""
+    if error.code() != KafkaError.INCONSISTENT_GROUP_PROTOCOL:
+        return None
+    return (
+        f"the broker refused to let this process join its consumer group ({error.str()}): the processes already "
+        "in the group assign partitions another way. Every process of a group needs the same "
+        "ACIDCLEAN_KAFKA_PARTITION_ASSIGNMENT_STRATEGY (cooperative-sticky and range cannot share a group): "
+        "stop the others and restart them with this one's, or restart this one with theirs. It keeps trying to "
+        "join meanwhile"
+    )
+
+
+class ConsumerErrors:
+    """Logs the errors a consumer's poll returns (a partition's end is not one). A join the broker
+    refuses because the group assigns another way is retried every few seconds: it is logged once a
+    ``every_s``, with what to do."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        group_id: str,
+        clock_s: Callable[[], float] = time.monotonic,
+        every_s: float = 60.0,
+    ) -> None:
+        self._logger = logger
+        self._group_id = group_id
+        self._clock_s = clock_s
+        self._every_s = every_s
+        self._conflict_logged_at: float | None = None
+
+    def report(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        advice = group_protocol_conflict(error)
+        if advice is None:
+            log(self._logger, logging.WARNING, f"consumer error: {error.str()}", code=error.name())
+            return
+        now = self._clock_s()
+        if self._conflict_logged_at is None or now - self._conflict_logged_at >= self._every_s:
+            self._conflict_logged_at = now
+            log(self._logger, logging.WARNING, advice, group=self._group_id, code=error.name())
+
+
+def _require(config: dict[str, str], name: str, required: str, why: str) -> None:
     """Set ``name`` to ``required`` in ``config``; refuse another value the user gave, saying ``why``."""
     given = config.get(name)
     if given is not None and given.lower() != required:
-        alternative = "" if instead is None else f", or {instead}"
         raise ConfigurationError(
-            f"Kafka setting {name}={given} conflicts with acidclean, {why} (needs {name}={required}{alternative}): "
-            "remove it"
+            f"Kafka setting {name}={given} conflicts with acidclean, {why} (needs {name}={required}): remove it"
         )
     config[name] = required
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 # The project's shared event factories (tests/unit/events); T0 and lock are re-exported for the tests here.
 from events.factories import T0 as T0
@@ -386,18 +386,14 @@ class Rig:
 # -- consumer -----------------------------------------------------------------------------------------
 
 
-class FakeError:
-    def __init__(self, code: int) -> None:
-        self._code = code
+class FakeErrorMessage:
+    """What librdkafka's consume() returns for a client or group error (a failed join, say)."""
 
-    def code(self) -> int:
-        return self._code
+    def __init__(self, error: KafkaError) -> None:
+        self._error = error
 
-    def str(self) -> str:
-        return f"error {self._code}"
-
-    def name(self) -> str:
-        return str(self._code)
+    def error(self) -> KafkaError:
+        return self._error
 
 
 class FakeMessage:
@@ -434,9 +430,11 @@ class FakeConsumer:
     paused partitions deliver nothing, ``seek`` moves the position, ``resume`` fetches from it,
     commits are refused for partitions not assigned."""
 
-    def __init__(self, clock: FakeClock, partitions: int = 2) -> None:
+    def __init__(self, clock: FakeClock, partitions: int = 2, *, eager: bool = False) -> None:
         self.clock = clock
         self.partitions = partitions
+        self.eager = eager  # the classic range assignor: assign() and unassign, not their incremental forms
+        self.errors: list[KafkaError] = []  # delivered by the next poll(), before any record
         self.logs: dict[tuple[str, int], list[RawRecord]] = {}
         self.positions: dict[tuple[str, int], int] = {}
         self.committed: dict[tuple[str, int], int] = {}
@@ -481,6 +479,17 @@ class FakeConsumer:
             self.assigned.discard(partition)
 
     def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        if self.eager:
+            raise KafkaException(KafkaError(KafkaError._STATE, "incremental_assign() under the EAGER protocol"))
+        self._take(partitions)
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        if not self.eager:
+            raise KafkaException(KafkaError(KafkaError._STATE, "assign() under the COOPERATIVE protocol"))
+        assert not self.assigned, "an eager rebalance revokes every partition before it assigns"
+        self._take(partitions)
+
+    def _take(self, partitions: list[TopicPartition]) -> None:
         for item in partitions:
             key = (item.topic, item.partition)
             self.assigned.add(key)
@@ -503,9 +512,11 @@ class FakeConsumer:
             self.clock.advance(max(timeout, 0.001))
         return batch
 
-    def poll(self, timeout: float = -1) -> FakeMessage | None:
-        """One record, or None after the timeout (which the fake clock then skips)."""
+    def poll(self, timeout: float = -1) -> FakeMessage | FakeErrorMessage | None:
+        """One record (or error), or None after the timeout (which the fake clock then skips)."""
         self.consume_timeouts.append(timeout)
+        if self.errors:
+            return FakeErrorMessage(self.errors.pop(0))
         for key in sorted(self.assigned):
             log = self.logs.get(key, [])
             if key not in self.paused and self.positions[key] < len(log):

@@ -32,6 +32,7 @@ from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import base_name, delta_name
 from acidclean.shared.bus.bundle import KEYS_HEADER, BundleKeys, is_bundle, unpack
 from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.consumer import Assignment
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import BusError, MetastoreError
 from acidclean.shared.metastore import LockInfo
@@ -572,11 +573,12 @@ class BatchedLoopMachine(RuleBasedStateMachine):
     revoke_timeout_s = 60.0  # LoopConfig.revoke_timeout_s: how long a revoke waits for running work
     held_per_partition = 2  # LoopConfig.held_per_partition: records read ahead and kept
     gather_ms = 0  # LoopConfig.gather_ms: how long a due single-table record waits for others due with it
+    assignment = Assignment.COOPERATIVE_STICKY  # LoopConfig.assignment: how rebalances hand partitions over
 
     def __init__(self) -> None:
         super().__init__()
         self.rig = Rig(bundle_min=self.bundle_min)
-        self.consumer = FakeConsumer(self.rig.clock)
+        self.consumer = FakeConsumer(self.rig.clock, eager=not self.assignment.incremental)
         self.tables = itertools.count()
         self.handled = Handled(self.rig)
         self.expected: set[uuid.UUID] = set()
@@ -598,6 +600,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
                 error_tries=1,
                 revoke_timeout_s=self.revoke_timeout_s,
                 gather_ms=self.gather_ms,
+                assignment=self.assignment,
             ),
             executor=InlineExecutor(),
             metrics=self.rig.metrics,
@@ -904,6 +907,44 @@ class MixedBundleLayoutsMachine(BundledLoopMachine):
 
 MixedBundleLayoutsMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_mixed_bundle_layout_histories_lose_nothing_and_never_run_early = MixedBundleLayoutsMachine.TestCase
+
+
+class EagerRebalancesMachine(BundledLoopMachine):
+    """The bundled histories under the classic ``range`` assignor, whose rebalances are eager: every
+    rebalance revokes all of the process's partitions (running work finishes or is abandoned, parked and
+    held records are dropped) and assigns its share again from the committed offsets. Another process
+    comes and takes some partitions for a while, and gives them back; the process loses all of them
+    without a revoke (a session timeout) and gets them back."""
+
+    assignment = Assignment.CLASSIC_RANGE
+
+    def _reassign(self, share: list[tuple[str, int]], lost: bool = False) -> None:
+        owned = sorted(self.consumer.assigned)
+        if lost:
+            self.consumer.rebalance_lost(owned)
+        else:
+            self.consumer.rebalance_revoke(owned)
+        self.consumer.rebalance_assign(share)
+
+    @rule(index=st.integers(0, 3))
+    def rebalance(self, index: int) -> None:
+        self._reassign(self.partitions)
+
+    @rule(index=st.integers(0, 3))
+    def partition_lost(self, index: int) -> None:
+        self._reassign(self.partitions, lost=True)
+
+    @rule(number=st.integers(0, 1), steps=st.integers(0, 6))
+    def another_process_shares_the_group_for_a_while(self, number: int, steps: int) -> None:
+        self._reassign([(V, number), (D, number)])  # range: the same partition number of both topics
+        for _ in range(steps):
+            self.loop.step()
+            self.delay_topic_delivers()
+        self._reassign(self.partitions)
+
+
+EagerRebalancesMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_eager_rebalance_histories_lose_nothing_and_never_run_early = EagerRebalancesMachine.TestCase
 
 
 class HeldAcknowledgements(Executor):

@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 
 import pytest
+from confluent_kafka import KafkaError
 
 from acidclean.consumers.assignment import Lopsided, lopsided, lopsided_advice, partitions_by_topic
 from acidclean.consumers.loop import LOPSIDED_WARN_AFTER_MS
+from acidclean.shared.bus.consumer import Assignment
 
 from .fakes import TOPICS, FakeConsumer, Rig, loop_over, run_for
 
@@ -43,14 +45,16 @@ def test_an_assignment_is_lopsided_only_when_it_holds_two_or_more_of_one_topic_a
     assert lopsided(counts) == expected
 
 
-def test_the_advice_names_the_fix_for_the_protocol_in_use() -> None:
+def test_the_advice_names_the_fix_for_the_assignment_in_use() -> None:
     found = Lopsided(DELAY, 8, VACUUM)
-    classic = lopsided_advice(found, "cleaner.acme", "classic", 61)
+    classic = lopsided_advice(found, "cleaner.acme", Assignment.COOPERATIVE_STICKY, 61)
     assert "ACIDCLEAN_KAFKA_GROUP_PROTOCOL=consumer" in classic and "cooperative-sticky" in classic
-    assert "restarting the group's processes together may even it out, not reliably" in classic
+    assert "ACIDCLEAN_KAFKA_PARTITION_ASSIGNMENT_STRATEGY=range on every process" in classic
+    assert "cannot share a group" in classic
     assert f"8 partitions of {DELAY} and none of {VACUUM}" in classic and "cleaner.acme" in classic
-    consumer = lopsided_advice(found, "cleaner.acme", "CONSUMER", 61)
-    assert "same number of partitions" in consumer and "ACIDCLEAN_KAFKA_GROUP_PROTOCOL" not in consumer
+    for co_partitioned in (Assignment.BROKER, Assignment.CLASSIC_RANGE):
+        advice = lopsided_advice(found, "cleaner.acme", co_partitioned, 61)
+        assert "same number of partitions" in advice and "ACIDCLEAN_KAFKA_" not in advice
 
 
 def lopsided_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -94,3 +98,28 @@ def test_a_loop_whose_assignment_evens_out_before_the_minute_does_not_warn_and_w
         consumer.rebalance_assign([])
         run_for(loop, rig, LOPSIDED_WARN_AFTER_MS / 1000 + 10)
     assert len(lopsided_warnings(caplog)) == 1
+
+
+def test_a_join_refused_for_another_assignor_in_the_group_is_warned_with_what_to_do_once_a_minute(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    consumer = FakeConsumer(rig.clock)
+    loop = loop_over(rig, consumer, group_id="cleaner.acme")
+    refused = KafkaError(
+        KafkaError.INCONSISTENT_GROUP_PROTOCOL, "JoinGroup failed: Broker: Inconsistent group protocol"
+    )
+    with caplog.at_level(logging.WARNING, logger="acidclean.cleaner"):
+        for _ in range(40):  # librdkafka retries the join every few seconds
+            consumer.errors.append(refused)
+            loop.step()
+            rig.clock.advance(3)
+        consumer.errors.append(KafkaError(KafkaError._TRANSPORT, "broker down"))
+        loop.step()
+    warnings = [record.getMessage() for record in caplog.records]
+    advice = [
+        record for record in caplog.records if "ACIDCLEAN_KAFKA_PARTITION_ASSIGNMENT_STRATEGY" in record.getMessage()
+    ]
+    assert len(advice) == 2  # 40 refusals over 120 s
+    groups = {record.acidclean_fields["group"] for record in advice}  # type: ignore[attr-defined]
+    assert groups == {"cleaner.acme"}
+    assert any("consumer error: broker down" in message for message in warnings)

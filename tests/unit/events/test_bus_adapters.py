@@ -6,9 +6,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from acidclean.shared.bus.consumer import OffsetLedger, commit_stored, consumer_config, store_offsets
+from acidclean.shared.bus.consumer import (
+    Assignment,
+    OffsetLedger,
+    assignment_of,
+    commit_stored,
+    consumer_config,
+    group_protocol_conflict,
+    store_offsets,
+    take_assignment,
+)
 from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.bus.producer import KafkaEventBus, producer_config
 from acidclean.shared.bus.reader import reader_config
@@ -196,9 +205,53 @@ def test_consumer_settings_that_break_at_least_once_are_refused(setting: dict[st
         consumer_config({**KAFKA, **setting, "group.protocol": "consumer"}, "g")
 
 
-def test_an_eager_classic_assignment_is_refused_with_what_to_use_instead() -> None:
-    with pytest.raises(ConfigurationError, match=r"cooperative-sticky, or group\.protocol=consumer"):
-        consumer_config({**KAFKA, "partition.assignment.strategy": "range"}, "g")
+@pytest.mark.parametrize("strategy", ["roundrobin", "sticky", "range,cooperative-sticky", ""])
+def test_a_classic_assignment_strategy_other_than_the_two_is_refused_with_what_to_use_instead(strategy: str) -> None:
+    with pytest.raises(ConfigurationError, match=r"use cooperative-sticky .* range .* or group\.protocol=consumer"):
+        consumer_config({**KAFKA, "partition.assignment.strategy": strategy}, "g")
+
+
+def test_the_classic_range_assignor_is_taken_and_rebalances_eagerly() -> None:
+    config = consumer_config({**KAFKA, "partition.assignment.strategy": " Range "}, "g")
+    assert config["partition.assignment.strategy"] == "range"
+    assert assignment_of(config) is Assignment.CLASSIC_RANGE and not Assignment.CLASSIC_RANGE.incremental
+    assert assignment_of(consumer_config(KAFKA, "g")) is Assignment.COOPERATIVE_STICKY
+    assert assignment_of(consumer_config({**KAFKA, "group.protocol": "consumer"}, "g")) is Assignment.BROKER
+    assert Assignment.COOPERATIVE_STICKY.incremental and Assignment.BROKER.incremental
+    local = {"bootstrap.servers": "127.0.0.1:1", "partition.assignment.strategy": "range"}
+    Consumer(consumer_config(local, "g")).close()  # the linked librdkafka takes it
+
+
+class RecordingConsumer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[TopicPartition]]] = []
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.calls.append(("assign", partitions))
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self.calls.append(("incremental_assign", partitions))
+
+
+@pytest.mark.parametrize(
+    ("assignment", "call"),
+    [
+        (Assignment.COOPERATIVE_STICKY, "incremental_assign"),
+        (Assignment.BROKER, "incremental_assign"),
+        (Assignment.CLASSIC_RANGE, "assign"),
+    ],
+)
+def test_an_assignment_is_taken_the_way_its_protocol_requires(assignment: Assignment, call: str) -> None:
+    consumer, partitions = RecordingConsumer(), [TopicPartition("t", 3)]
+    take_assignment(consumer, partitions, assignment)
+    assert consumer.calls == [(call, partitions)]
+
+
+def test_a_join_refused_for_another_assignor_in_the_group_says_what_to_do() -> None:
+    advice = group_protocol_conflict(KafkaError(KafkaError.INCONSISTENT_GROUP_PROTOCOL, "JoinGroup failed"))
+    assert advice is not None and "ACIDCLEAN_KAFKA_PARTITION_ASSIGNMENT_STRATEGY" in advice
+    assert "JoinGroup failed" in advice
+    assert group_protocol_conflict(KafkaError(KafkaError._TRANSPORT, "down")) is None
 
 
 def test_with_kafkas_consumer_group_protocol_the_broker_assigns_co_partitioned_ranges_by_default() -> None:
