@@ -69,6 +69,9 @@ GROUP_TYPE = b"acidclean.cleanup.delayed-vacuums"
 VACUUM_FIELD = b'{"vacuum":'
 WINDOW_INTERVALS = int(os.environ.get("ACIDCLEAN_SCALE_WINDOW_INTERVALS", "5"))  # the measured window, in intervals
 SETTLE_LIMIT_S = float(os.environ.get("ACIDCLEAN_SCALE_SETTLE_S", "600"))
+# With two processes: start the second only after step 2 (a process joining a group that holds 100,000
+# parked, as in a rolling restart), and report the re-checks from its start until the steady state again.
+LATE_JOIN = os.environ.get("ACIDCLEAN_SCALE_LATE_JOIN", "") == "1"
 # A path prefix: each step's window of (re-checked at, lateness) pairs is written to <prefix>-<step>.tsv.
 LATENESS_DUMP = os.environ.get("ACIDCLEAN_SCALE_DUMP", "")
 DB = "scale_db"
@@ -373,9 +376,10 @@ def measure(
     cleaners: list[tuple[CleanerSubprocess, int]],
     parked: int,
     services: dict[str, int | None],
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], float]:
     """Let the parked vacuums cycle for a few intervals, then report one window (with the cores the
-    box, each cleaner and ``services`` used in it)."""
+    box, each cleaner and ``services`` used in it); returns its p99 lateness, the cleaners' RSS and
+    when the window began."""
     # Until the cleaner has taken in what was just published (every parked vacuum re-checked within
     # one interval): the report is of the steady state with that many parked; the time it took to
     # get there (the first check of every new vacuum, and its joining its table's record) is printed.
@@ -439,14 +443,28 @@ def measure(
         f"window {utc_clock(start)}-{utc_clock(end)} UTC"
     )
     assert early == [], early[:5]
-    return percentile(samples, 0.99), rss
+    return percentile(samples, 0.99), rss, start
+
+
+def report_join(watcher: HeaderWatcher, joined_at: float, steady_at: float) -> None:
+    """The re-checks from a process's start until the group was steady again: how late the rebalance
+    made them (none may be early)."""
+    samples = watcher.window(joined_at, steady_at)
+    assert samples, "no re-check between the second process's start and the steady window"
+    early = [late for late in samples if late < 0]
+    print(
+        f"[bench]   join: {len(samples):,} re-checks in the {steady_at - joined_at:.0f} s from the second process's "
+        f"start to the steady window: lateness p50 {percentile(samples, 0.5) * 1000:.0f} ms p99 "
+        f"{percentile(samples, 0.99) * 1000:.0f} ms max {max(samples, default=0) * 1000:.0f} ms; early {len(early)}"
+    )
+    assert early == [], early[:5]
 
 
 @pytest.mark.parametrize("arrival", ARRIVALS)
 @pytest.mark.parametrize("processes", [1, 2])
-# Two steps that may each wait the settle limit, a drain of up to max(300 s, 1 s per 100 vacuums), and
-# the set-up, parking and windows besides.
-@pytest.mark.timeout(int(2 * SETTLE_LIMIT_S + max(300, EVENTS / 100) + 600))
+# Two steps (three with a late join) that may each wait the settle limit, a drain of up to max(300 s,
+# 1 s per 100 vacuums), and the set-up, parking and windows besides.
+@pytest.mark.timeout(int((3 if LATE_JOIN else 2) * SETTLE_LIMIT_S + max(300, EVENTS / 100) + 600))
 def test_parked_vacuums_behind_held_locks_then_released_in_waves(
     processes: int,
     arrival: str,
@@ -468,8 +486,9 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
     cleaners: list[tuple[CleanerSubprocess, int]] = []
     released = False
     stack = contextlib.ExitStack()
-    try:
-        for number in range(processes):
+
+    def start_cleaners(numbers: range) -> None:
+        for number in numbers:
             port = free_port()
             cleaner = start_cleaner_process(
                 settings,
@@ -479,8 +498,12 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
                 extra_env=passed_kafka_settings(),
             )
             cleaners.append((cleaner, port))
-        for _, port in cleaners:
+        for _, port in cleaners[numbers.start :]:
             wait_ready(port)
+
+    joining_late = LATE_JOIN and processes > 1
+    try:
+        start_cleaners(range(1 if joining_late else processes))
         first = max(1, EVENTS // 10)
         bus = stack.enter_context(KafkaEventBus(settings.kafka))
         park(bus, settings, root, entries, 0, first, arrival)
@@ -500,6 +523,11 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
         measure("step 1", watcher, cleaners, first, services)
         park(bus, settings, root, entries, first, EVENTS - first, arrival)
         measure("step 2", watcher, cleaners, EVENTS, services)
+        if joining_late:
+            join_started = time.time()
+            start_cleaners(range(1, processes))
+            _, _, join_window_start = measure("step 3 (joined)", watcher, cleaners, EVENTS, services)
+            report_join(watcher, join_started, join_window_start)
         done_before = watcher.done
         release_started = time.time()
         for txn, _ in waves:
