@@ -193,7 +193,8 @@ def start_service(
 ) -> StartedProcess:
     """Start ``command`` in its own session and wait until ``ready()`` returns true.
 
-    The process is stopped again (by its pid) when it does not become ready in time.
+    The process is stopped again (by its pid) when it does not become ready in time, and when the
+    wait is cut short (Ctrl-C, a readiness check that raises): no caller holds its pid yet.
     """
     log_file.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -202,13 +203,19 @@ def start_service(
     # Read now: until this process reaps its child, the pid cannot pass to another process.
     start_time = process_start_time(process.pid)
     deadline = started + timeout_s
-    while time.monotonic() < deadline:
-        code = process.poll()
-        if code is not None:
-            raise StackError(f"{name} exited with code {code} while starting. Log {log_file}:\n{log_tail(log_file)}")
-        if ready():
-            return StartedProcess(name, process.pid, log_file, time.monotonic() - started, start_time)
-        time.sleep(0.25)
+    try:
+        while time.monotonic() < deadline:
+            code = process.poll()
+            if code is not None:
+                raise StackError(
+                    f"{name} exited with code {code} while starting. Log {log_file}:\n{log_tail(log_file)}"
+                )
+            if ready():
+                return StartedProcess(name, process.pid, log_file, time.monotonic() - started, start_time)
+            time.sleep(0.25)
+    except BaseException:
+        stop_process(process.pid, name, start_time=start_time)
+        raise
     stop_process(process.pid, name, start_time=start_time)
     raise StackError(
         f"{name} did not become ready within {timeout_s:.0f} s and was stopped. Log {log_file}:\n{log_tail(log_file)}"
