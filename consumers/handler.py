@@ -201,6 +201,7 @@ class HandlerConfig:
     topics: CleanerTopics
     dry_run: bool = False
     lock_check_attempts: int = 3
+    lock_retry_wait_s: float = 0.05  # before a metastore call's second attempt, doubled each time (10x at most)
     wait_for_open_txns: bool = True
     # Waiting tables' DelayedVacuums carried on unread go on in bundles (one Kafka record for many
     # tables of one delay partition) once a batch has at least bundle_min of one partition.
@@ -1107,7 +1108,7 @@ class CleanupHandler:
     def _retried(self, call: str, operation: Callable[[CleanerMetastore], _Result]) -> _Result:
         retrying = Retrying(
             stop=stop_after_attempt(self.config.lock_check_attempts),
-            wait=wait_exponential(multiplier=0.05, max=0.5),
+            wait=wait_exponential(multiplier=self.config.lock_retry_wait_s, max=10 * self.config.lock_retry_wait_s),
             retry=retry_if_exception(lambda error: isinstance(error, MetastoreError)),
             reraise=True,
         )

@@ -342,6 +342,7 @@ class Rig:
                 max_wait_s=self.max_wait_s,
                 topics=TOPICS,
                 dry_run=self.dry_run,
+                lock_retry_wait_s=0.0,  # retries at once: the histories replay many outages a second
                 bundle_min=self.bundle_min,
                 bundle_compressed=self.bundle_compressed,
                 bundle_spread_ms=self.bundle_spread_ms,

@@ -783,7 +783,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
 
 
 BatchedLoopMachine.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=100, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_batched_loop_histories_lose_nothing_and_never_run_early = BatchedLoopMachine.TestCase
 
