@@ -161,6 +161,7 @@ class VacuumService:
         self.service_id = self.options.service_id or f"{socket.gethostname()}-{os.getpid()}"
         self.group_id = service_group_id(settings)
         self._consumer_errors = ConsumerErrors(LOGGER, self.group_id)
+        self._assignment = assignment_of(settings.kafka)
         self.metrics = metrics or VacuumServiceMetrics()
         self.topic = settings.topic("vacuum_requests")
         if self.options.create_topics:
@@ -452,7 +453,7 @@ class VacuumService:
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.joined.set()
-        take_assignment(consumer, partitions, assignment_of(self.settings.kafka))
+        take_assignment(consumer, partitions, self._assignment)
         consumer.resume([TopicPartition(p.topic, p.partition) for p in partitions])
         with self._guard:
             for item in partitions:

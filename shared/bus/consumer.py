@@ -62,9 +62,13 @@ class Assignment(enum.Enum):
         return self is not Assignment.CLASSIC_RANGE
 
 
+def _uses_consumer_protocol(kafka: Mapping[str, str]) -> bool:
+    return str(kafka.get("group.protocol", "classic")).lower() == CONSUMER_PROTOCOL
+
+
 def assignment_of(kafka: Mapping[str, str]) -> Assignment:
     """Which :class:`Assignment` these Kafka settings give (validated by :func:`consumer_config`)."""
-    if str(kafka.get("group.protocol", "classic")).lower() == CONSUMER_PROTOCOL:
+    if _uses_consumer_protocol(kafka):
         return Assignment.BROKER
     if str(kafka.get(ASSIGNMENT_STRATEGY, COOPERATIVE_STICKY)).strip().lower() == CLASSIC_RANGE:
         return Assignment.CLASSIC_RANGE
@@ -80,7 +84,7 @@ def consumer_config(kafka: Mapping[str, str], group_id: str) -> dict[str, str]:
     config = {str(key): str(value) for key, value in kafka.items()}
     for name, required in REQUIRED_CONSUMER_SETTINGS.items():
         _require(config, name, required, "which stores and commits an offset only after its outcome is acknowledged")
-    if config.get("group.protocol", "classic").lower() == CONSUMER_PROTOCOL:
+    if _uses_consumer_protocol(config):
         if ASSIGNMENT_STRATEGY in config:
             raise ConfigurationError(
                 "Kafka setting partition.assignment.strategy belongs to the classic group protocol; with "

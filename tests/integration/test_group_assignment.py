@@ -7,7 +7,9 @@ group's is refused by the broker, and told what to do."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -58,6 +60,16 @@ def settle(members: list[Member], done: object, timeout_s: float = 60.0) -> None
     raise AssertionError(f"no settled assignment within {timeout_s:.0f} s: {[sorted(m.owned) for m in members]}")
 
 
+@contextlib.contextmanager
+def closing(members: list[Member]) -> Iterator[list[Member]]:
+    """``members``, to which a test adds the members it starts: each is closed at the end."""
+    try:
+        yield members
+    finally:
+        for member in members:
+            member.consumer.close()
+
+
 def two_topics(kafka_bootstrap: str, unique_name: str) -> tuple[dict[str, str], list[str]]:
     settings = load_settings(
         environ={},
@@ -80,21 +92,17 @@ def test_a_second_cleaner_joining_gets_the_same_partition_numbers_of_both_topics
     settings_kafka, topics = two_topics(kafka_bootstrap, unique_name)
     kafka = {**settings_kafka, **protocol}
     group = f"{unique_name}-cleaner"
-    first = Member(cleaner_consumer_config(kafka, group, "first"), topics)
-    second: Member | None = None
-    try:
+    with closing([]) as members:
+        first = Member(cleaner_consumer_config(kafka, group, "first"), topics)
+        members.append(first)
         assert first.assignment is expected
         settle([first], lambda: len(first.owned) == 16)
         second = Member(cleaner_consumer_config(kafka, group, "second"), topics)
-        members = [first, second]
+        members.append(second)
         settle(members, lambda: all(len(m.owned) == 8 for m in members) and first.owned.isdisjoint(second.owned))
         for member in members:
             vacuum, delay = member.numbers(topics[0]), member.numbers(topics[1])
             assert len(vacuum) == 4 and vacuum == delay, sorted(member.owned)
-    finally:
-        first.consumer.close()
-        if second is not None:
-            second.consumer.close()
 
 
 def test_a_cleaner_whose_assignor_differs_from_its_groups_is_refused_and_told_what_to_do(
@@ -102,18 +110,14 @@ def test_a_cleaner_whose_assignor_differs_from_its_groups_is_refused_and_told_wh
 ) -> None:
     kafka, topics = two_topics(kafka_bootstrap, unique_name)
     group = f"{unique_name}-cleaner"
-    first = Member(cleaner_consumer_config(kafka, group, "first"), topics)
-    second: Member | None = None
-    try:
+    with closing([]) as members:
+        first = Member(cleaner_consumer_config(kafka, group, "first"), topics)
+        members.append(first)
         settle([first], lambda: len(first.owned) == 16)
         ranged = {**kafka, "partition.assignment.strategy": "range"}
         second = Member(cleaner_consumer_config(ranged, group, "second"), topics)
-        members = [first, second]
-        settle(members, lambda: bool(second.errors))  # type: ignore[union-attr]
+        members.append(second)
+        settle(members, lambda: bool(second.errors))
         advice = group_protocol_conflict(second.errors[0])
         assert advice is not None and "ACIDCLEAN_KAFKA_PARTITION_ASSIGNMENT_STRATEGY" in advice
         assert second.owned == set() and len(first.owned) == 16  # the group goes on without it
-    finally:
-        first.consumer.close()
-        if second is not None:
-            second.consumer.close()
