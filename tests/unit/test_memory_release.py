@@ -11,7 +11,7 @@ import time
 import pytest
 
 from acidclean.shared import memory_release
-from acidclean.shared.memory_release import MemoryReleaser, release_free_memory
+from acidclean.shared.memory_release import MemoryReleaser, keep_large_blocks_out_of_the_heap, release_free_memory
 
 # Many 100 KB buffers (below glibc's mmap threshold: they come from its heap) with a 1 KB buffer kept
 # alive after each (also from glibc's heap: Python's own allocator serves only objects up to 512
@@ -75,3 +75,54 @@ def test_the_releaser_releases_on_its_period_and_its_thread_ends_on_stop(monkeyp
     stopped_at = len(calls)
     time.sleep(0.05)
     assert len(calls) == stopped_at
+
+
+# One 4 MB block freed (glibc then raises its mmap threshold to 4 MB), then many 200 KB buffers with a
+# small one kept after each, as above: with the threshold left to glibc they come from its heaps and
+# their holes stay resident once freed; fixed at 128 KB, each has a mapping of its own, unmapped on free.
+LARGE_BLOCKS_FREED = """
+import sys
+from acidclean.shared.memory_release import keep_large_blocks_out_of_the_heap
+
+def anon_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+
+fixed = sys.argv[1] == "fixed" and keep_large_blocks_out_of_the_heap()
+raise_threshold = b"r" * int(sys.argv[2])
+del raise_threshold
+start = anon_kb()
+kept, buffers = [], []
+for index in range(1000):
+    buffers.append(b"x" * int(sys.argv[3]))
+    kept.append(b"k" * 1000)
+del buffers
+print(fixed, anon_kb() - start)
+"""
+
+
+def _grown_kb_after_freeing_large_blocks(mode: str) -> tuple[str, int]:
+    result = subprocess.run(
+        [sys.executable, "-c", LARGE_BLOCKS_FREED, mode, str(4 << 20), "200000"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    fixed, grown_kb = result.stdout.split()
+    return fixed, int(grown_kb)
+
+
+@pytest.mark.skipif(memory_release._MALLOPT is None, reason="the C library has no mallopt (not glibc)")
+def test_large_blocks_are_given_back_when_freed_once_the_threshold_is_fixed() -> None:
+    # The premise: after a 4 MB block was freed, glibc keeps 1,000 freed 200 KB buffers (200 MB) resident.
+    fixed, kept_kb = _grown_kb_after_freeing_large_blocks("default")
+    assert fixed == "False" and kept_kb > 150_000, kept_kb
+    fixed, kept_kb = _grown_kb_after_freeing_large_blocks("fixed")
+    assert fixed == "True" and kept_kb < 20_000, kept_kb
+
+
+def test_without_mallopt_the_threshold_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory_release, "_MALLOPT", None)
+    assert keep_large_blocks_out_of_the_heap() is False
