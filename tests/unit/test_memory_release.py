@@ -116,9 +116,10 @@ def _grown_kb_after_freeing_large_blocks(mode: str) -> tuple[str, int]:
 
 @pytest.mark.skipif(memory_release._MALLOPT is None, reason="the C library has no mallopt (not glibc)")
 def test_large_blocks_are_given_back_when_freed_once_the_threshold_is_fixed() -> None:
-    # The premise: after a 4 MB block was freed, glibc keeps 1,000 freed 200 KB buffers (200 MB) resident.
+    # The premise: after a 4 MB block was freed, glibc keeps most of 1,000 freed 200 KB buffers (200 MB)
+    # resident (195 MB run alone, 138 MB in a pytest session: how much depends on the heap before).
     fixed, kept_kb = _grown_kb_after_freeing_large_blocks("default")
-    assert fixed == "False" and kept_kb > 150_000, kept_kb
+    assert fixed == "False" and kept_kb > 100_000, kept_kb
     fixed, kept_kb = _grown_kb_after_freeing_large_blocks("fixed")
     assert fixed == "True" and kept_kb < 20_000, kept_kb
 
