@@ -21,7 +21,8 @@ and 364 MB before, 324 and 347 MB after: the run-to-run spread is as large as th
 from 64 to 45 MB.
 
 Elsewhere than glibc (musl, macOS) there is no ``malloc_trim`` or ``mallopt``: :func:`release_free_memory`
-and :func:`keep_large_blocks_out_of_the_heap` do nothing there and say so.
+and :func:`keep_large_blocks_out_of_the_heap` do nothing there and return False, and
+:class:`MemoryReleaser` says so in the log.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from acidclean.shared.logs import log
 
@@ -42,29 +44,17 @@ _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 SLOW_RELEASE_S = 0.1  # a release slower than this is logged: other threads' allocations waited for it
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, looked up among the symbols the process already has (the C library is
-    loaded: no search of the system's libraries at import), or None."""
+def _libc(name: str) -> Any:
+    """A function of the C library, looked up among the symbols the process already has (the C library
+    is loaded: no search of the system's libraries at import), or None where it has none of that name."""
     try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+        return getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
-    return trim
 
 
-_TRIM = _malloc_trim()
-
-
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's mallopt, like :func:`_malloc_trim`, or None."""
-    try:
-        option: Callable[[int, int], int] = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return None
-    return option
-
-
-_MALLOPT = _mallopt()
+_TRIM: Callable[[int], int] | None = _libc("malloc_trim")
+_MALLOPT: Callable[[int, int], int] | None = _libc("mallopt")
 
 
 def keep_large_blocks_out_of_the_heap(threshold: int = LARGE_BLOCK_BYTES) -> bool:
