@@ -16,9 +16,9 @@ block is freed: then it raises that threshold to the freed block's size, up to 3
 blocks after it come from the heaps. A cleaner's large blocks are bundles (up to 512 KB) and
 librdkafka's fetch and produce buffers, passing through at a rate that grows with the vacuums parked.
 :func:`keep_large_blocks_out_of_the_heap` fixes the threshold at 128 KB. On the scale bench at 300,000
-parked, what glibc's heaps held freed (resident, not in use) went from 116 MB to 83 and 88 MB (RSS 347
+parked, what glibc's heaps held freed (resident, not in use) went from 115 MB to 78 and 75 MB (RSS 347
 and 364 MB before, 324 and 347 MB after: the run-to-run spread is as large as the gain); at 100,000
-from 64 to 45 MB.
+from 64 to 43 MB.
 
 Elsewhere than glibc (musl, macOS) there is no ``malloc_trim`` or ``mallopt``: :func:`release_free_memory`
 and :func:`keep_large_blocks_out_of_the_heap` do nothing there and return False, and
