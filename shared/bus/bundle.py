@@ -523,12 +523,10 @@ class ReadBundle:
 
     @property
     def wire_members(self) -> list[WireMember]:
-        """Its members as on the wire. Raises ``ValueError`` when they do not read."""
+        """Its members as on the wire. Raises ``ValueError`` when they do not read. A bundle read lazily
+        reads them again at each ask (see :attr:`members`)."""
         wire: list[WireMember] | None = self.__dict__.get("_wire")
-        if wire is None:
-            wire = self._decode_members(_MEMBERS)
-            self.__dict__["_wire"] = wire
-        return wire
+        return wire if wire is not None else self._decode_members(_MEMBERS)
 
     def _decode_members(self, decoder: msgspec.json.Decoder[list[_Member]]) -> list[_Member]:
         """Its members' JSON array, decoded by ``decoder``. Raises ``ValueError`` when it does not read."""
@@ -541,7 +539,12 @@ class ReadBundle:
     def members(self) -> tuple[RawRecord, ...]:
         """Every member, as if it had been published alone. Raises ``ValueError`` when they do not
         read, or a member's headers are not Latin-1 text (only possible in a bundle with a summary:
-        one without is read in full by :func:`unpack`, which refuses it)."""
+        one without is read in full by :func:`unpack`, which refuses it).
+
+        A bundle read lazily builds them at each ask and keeps none of them: its check holds them while
+        it runs, and its work item, which lives until the batch's records are acknowledged, then holds
+        the compressed bytes alone. (Kept, the inflated array and these copies of its values were the
+        largest part of the cleaner's memory peaks with 300,000 vacuums parked.)"""
         members: tuple[RawRecord, ...] | None = self.__dict__.get("_members")
         if members is None:
             record = self.source
@@ -560,7 +563,8 @@ class ReadBundle:
                 )
             except UnicodeEncodeError as error:
                 raise ValueError(f"a member of bundle {self.event_id} has a header that is not Latin-1 text") from error
-            self.__dict__["_members"] = members
+            if "_wire" in self.__dict__:  # read in full by unpack: kept, as its wire members are
+                self.__dict__["_members"] = members
         return members
 
     @property

@@ -5,7 +5,9 @@ to what a bundle carries. Pure: no loop, no bus."""
 from __future__ import annotations
 
 import base64
+import gc
 import json
+import tracemalloc
 import uuid
 import zlib
 from datetime import timedelta
@@ -108,6 +110,30 @@ def test_a_compressed_bundle_keeps_a_view_of_its_compressed_text_and_its_crc_is_
     text = bytes(found.member_bytes)
     assert json.loads(inflate_members(text))[0]["key"] == "acme/sales.t0"
     assert found.summary is not None and found.summary.records_crc == zlib.crc32(text)
+
+
+@pytest.mark.parametrize("compressed", [True, False], ids=["compressed", "plain"])
+def test_a_bundle_read_lazily_keeps_none_of_its_members_once_they_are_let_go(compressed: bool) -> None:
+    """A work item holds its bundle until the batch's records are acknowledged: reading the members
+    for a check must not leave their inflated array, or copies of their values, alive with it."""
+    record = bundle(300, compressed=compressed).outgoing("test")
+    found = read(record)
+    assert found.summary is not None  # read lazily
+    inflated = len(inflate_members(found.member_bytes)) if compressed else len(found.member_bytes)
+    assert inflated > 200_000
+    first = [(m.key, m.value, m.headers) for m in found.members]
+    tracemalloc.start()
+    try:
+        again = found.members
+        assert [(m.key, m.value, m.headers) for m in again] == first  # read again, the same
+        while_held = tracemalloc.get_traced_memory()[0]
+        del again
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert while_held > inflated // 2  # the premise: holding them costs about their size
+    assert kept < inflated // 20, f"{kept:,} bytes kept of {inflated:,} inflated"
 
 
 def test_a_compressed_bundle_carried_on_whole_writes_the_same_compressed_text_unread() -> None:
