@@ -66,13 +66,14 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    warehouse = tempfile.mkdtemp(prefix="acidclean-spark-warehouse-")
     session = (
         SparkSession.builder.master("local[2]")
         .appName("acidclean-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
-        .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="acidclean-spark-warehouse-"))
+        .config("spark.sql.warehouse.dir", warehouse)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -80,6 +81,7 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+        shutil.rmtree(warehouse, ignore_errors=True)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ are the session's.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def secured_kafka() -> Iterator[str]:
         yield bootstrap
     finally:
         stop_process(process.pid, process.name)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def tenant_settings(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -91,6 +92,7 @@ def tls_kafka() -> Iterator[tuple[str, BrokerTls]]:
         yield bootstrap, tls
     finally:
         stop_process(process.pid, process.name)
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def a_vacuum() -> VacuumCommitted:
