@@ -18,10 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from session_signals import stop_cleanly_on_signals
 from storage_support import StorageStack
 
 from acidclean.deploy.local.provision import Services, provide_services
 from acidclean.shared.hive_metastore import HiveMetastore
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    stop_cleanly_on_signals()
+
 
 # Tests and benchmarks send traffic only to 127.0.0.1: every Spark they start binds to loopback.
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
