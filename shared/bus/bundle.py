@@ -544,7 +544,8 @@ class ReadBundle:
         A bundle read lazily builds them at each ask and keeps none of them: its check holds them while
         it runs, and its work item, which lives until the batch's records are acknowledged, then holds
         the compressed bytes alone. (Kept, the inflated array and these copies of its values were the
-        largest part of the cleaner's memory peaks with 300,000 vacuums parked.)"""
+        largest part of the cleaner's memory peaks with 300,000 vacuums parked.) One read in full keeps
+        them: :func:`unpack` stores them."""
         members: tuple[RawRecord, ...] | None = self.__dict__.get("_members")
         if members is None:
             record = self.source
@@ -563,8 +564,6 @@ class ReadBundle:
                 )
             except UnicodeEncodeError as error:
                 raise ValueError(f"a member of bundle {self.event_id} has a header that is not Latin-1 text") from error
-            if "_wire" in self.__dict__:  # read in full by unpack: kept, as its wire members are
-                self.__dict__["_members"] = members
         return members
 
     @property
@@ -665,7 +664,7 @@ def unpack(record: RawRecord) -> ReadBundle | None:
         # Read in full now: a member that does not read refuses the bundle here.
         bundle.__dict__["_wire"] = wire_members
         try:
-            bundle.members  # noqa: B018
+            bundle.__dict__["_members"] = bundle.members  # kept: nothing else holds its members' bytes
         except ValueError:
             return None
     return bundle

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from acidclean.deploy.local.process import pid_alive, stop_process
+
 pytestmark = pytest.mark.integration
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -59,14 +61,6 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a non-interactive shell starts a job with &
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize(
     ("stop_signal", "preexec"),
     [(signal.SIGTERM, None), (signal.SIGINT, _ignore_sigint)],
@@ -97,11 +91,11 @@ def test_a_session_stopped_by_a_signal_tears_its_fixtures_down(
         session.send_signal(stop_signal)
         output, _ = session.communicate(timeout=60)
         assert torn_down.exists(), f"the session was not torn down: {output!r}"
-        assert not _alive(child), "the process its fixture started outlived the session"
+        assert not pid_alive(child), "the process its fixture started outlived the session"
         assert session.returncode != 0  # interrupted, not passed
     finally:
         if session.poll() is None:
             session.kill()
             session.wait(30)
-        if child and _alive(child):
-            os.kill(child, signal.SIGKILL)
+        if child:
+            stop_process(child, "the session's fixture's process", timeout_s=5)
