@@ -12,7 +12,8 @@
    same metastore calls, listing and deletes (no Kafka), for 1, 2, 4 and 8 threads in one run
    (``ACIDCLEAN_BENCH_THREADS=1,4`` picks others; ``ACIDCLEAN_BENCH_TABLES`` the tables per run, 400: with
    80 a cleaner run lasted about 0.5 s on a quick day, and its ratio to the loop swung with the box;
-   1.40x at 80 tables, 1.94x and 2.16x at 400, within minutes on 2026-11-29).
+   1.40x at 80 tables, 1.94x and 2.16x at 400, within minutes on 2026-11-29;
+   ``ACIDCLEAN_BENCH_ROUNDS=3`` runs the curve three times and prints each ratio's median).
    Each cleaner run is timed from a warm producer's publish to the last CleanupDone and compared with
    the loop run just before and after it (half as many tables), since the shared box's load drifts.
 
@@ -63,6 +64,7 @@ LATENESS_TABLES = 20
 EVENTS_PER_TABLE = 5
 WINDOW_S = 15.0
 THROUGHPUT_TABLES = int(os.environ.get("ACIDCLEAN_BENCH_TABLES", "400"))
+THROUGHPUT_ROUNDS = max(1, int(os.environ.get("ACIDCLEAN_BENCH_ROUNDS", "1")))
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -315,66 +317,81 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
 ) -> None:
     """One run: the cleaner with 1, 2, 4 and 8 threads on tables of their own, each run between two
     stretches of the reference loop (a quarter of the tables before, a quarter after), so each ratio
-    compares with the loop measured around it: the load of the shared box drifts within a run."""
+    compares with the loop measured around it: the load of the shared box drifts within a run. With
+    ``ACIDCLEAN_BENCH_ROUNDS`` above 1 the curve is run that many times (every other round in reverse
+    order, so no thread count always comes first) and the medians of the rounds' ratios are printed."""
     root = tmp_path / "data"
     curve = [int(t) for t in os.environ.get("ACIDCLEAN_BENCH_THREADS", "1,2,4,8").split(",")]
+    runs = [
+        (round_, threads)
+        for round_ in range(THROUGHPUT_ROUNDS)
+        for threads in (curve if round_ % 2 == 0 else curve[::-1])
+    ]
     quarter = max(1, THROUGHPUT_TABLES // 4)
     theirs = {
-        threads: [create_table(metastore, root, f"{unique_name}r{threads}c{i}") for i in range(2 * quarter)]
-        for threads in curve
+        run: [create_table(metastore, root, f"{unique_name}k{run[0]}r{run[1]}c{i}") for i in range(2 * quarter)]
+        for run in runs
     }
     ours = {
-        threads: [create_table(metastore, root, f"{unique_name}t{threads}c{i}") for i in range(THROUGHPUT_TABLES)]
-        for threads in curve
+        run: [create_table(metastore, root, f"{unique_name}k{run[0]}t{run[1]}c{i}") for i in range(THROUGHPUT_TABLES)]
+        for run in runs
     }
     for table in [table for tables in [*theirs.values(), *ours.values()] for table in tables]:
         table.commit_deltas(3)
-    their_vacuums = {threads: [table.minor_vacuum() for table in tables] for threads, tables in theirs.items()}
-    rates: dict[int, float] = {}
-    loop_rates: dict[int, float] = {}
+    their_vacuums = {run: [table.minor_vacuum() for table in tables] for run, tables in theirs.items()}
+    rates: dict[tuple[int, int], float] = {}
+    loop_rates: dict[tuple[int, int], float] = {}
     services = {"metastore": listening_pid(metastore_uri), "broker": listening_pid(kafka_bootstrap)}
-    windows: dict[int, CpuWindow] = {}
+    windows: dict[tuple[int, int], CpuWindow] = {}
     loop_window = CpuWindow({"loop": os.getpid(), "metastore": services["metastore"]})
 
-    def reference(threads: int, batch: slice) -> float:
+    def reference(run: tuple[int, int], batch: slice) -> float:
         started = time.perf_counter()
         loop_window.start()
-        for table, vacuum in zip(theirs[threads][batch], their_vacuums[threads][batch], strict=True):
+        for table, vacuum in zip(theirs[run][batch], their_vacuums[run][batch], strict=True):
             assert reference_clean(metastore, table, vacuum) == 3
         loop_window.stop()
         return time.perf_counter() - started
 
     load_before = os.getloadavg()[0]
-    for threads in curve:
+    for run in runs:
+        round_, threads = run
+        name = f"{unique_name}k{round_}t{threads}"
         settings = cleaner_settings(
-            kafka_bootstrap,
-            metastore_uri,
-            root,
-            f"{unique_name}t{threads}",
-            interval_ms=INTERVAL_MS,
-            partitions=4,
-            threads=threads,
+            kafka_bootstrap, metastore_uri, root, name, interval_ms=INTERVAL_MS, partitions=4, threads=threads
         )
-        vacuums = [table.minor_vacuum() for table in ours[threads]]
-        reference_s = reference(threads, slice(0, quarter))
-        cleaner_s, windows[threads] = run_cleaner(
-            settings, metastore, root, f"{unique_name}t{threads}", tmp_path / str(threads), vacuums, services
+        vacuums = [table.minor_vacuum() for table in ours[run]]
+        reference_s = reference(run, slice(0, quarter))
+        cleaner_s, windows[run] = run_cleaner(
+            settings, metastore, root, name, tmp_path / f"{round_}-{threads}", vacuums, services
         )
-        reference_s += reference(threads, slice(quarter, None))
-        assert all(table.children() == v.new_directories for table, v in zip(ours[threads], vacuums, strict=True))
-        rates[threads] = THROUGHPUT_TABLES / cleaner_s
-        loop_rates[threads] = 2 * quarter / reference_s
-    ref_rate = len(curve) * 2 * quarter / sum(2 * quarter / rate for rate in loop_rates.values())
+        reference_s += reference(run, slice(quarter, None))
+        assert all(table.children() == v.new_directories for table, v in zip(ours[run], vacuums, strict=True))
+        rates[run] = THROUGHPUT_TABLES / cleaner_s
+        loop_rates[run] = 2 * quarter / reference_s
+    ref_rate = len(runs) * 2 * quarter / sum(2 * quarter / rate for rate in loop_rates.values())
     print(
         f"\n[bench] cleanups/s, {THROUGHPUT_TABLES} lock-free tables x 3 deltas per run, cleaner in its own process, "
         f"from publishing (warm producer) to the last CleanupDone; single-threaded loop without Kafka "
         f"{ref_rate:.1f}/s over the whole run; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} "
         f"after ({os.cpu_count()} cores)"
     )
-    for threads, rate in rates.items():
+    for run in runs:
+        round_, threads = run
+        rate, one = rates[run], rates.get((round_, 1), rates[run])
         print(
-            f"[bench]   threads={threads}: {rate:6.1f}/s  ratio to the loop around it ({loop_rates[threads]:5.1f}/s) "
-            f"{rate / loop_rates[threads]:5.2f}  to threads=1 {rate / rates.get(1, rate):5.2f}"
-            f"  (CPU: {windows[threads].summary()})"
+            f"[bench]   {f'round {round_ + 1} ' if THROUGHPUT_ROUNDS > 1 else ''}threads={threads}: {rate:6.1f}/s  "
+            f"ratio to the loop around it ({loop_rates[run]:5.1f}/s) {rate / loop_rates[run]:5.2f}  "
+            f"to threads=1 {rate / one:5.2f}  (CPU: {windows[run].summary()})"
         )
+    if THROUGHPUT_ROUNDS > 1:
+        for threads in curve:
+            ours_runs = [(round_, threads) for round_ in range(THROUGHPUT_ROUNDS)]
+            to_loop = statistics.median(rates[run] / loop_rates[run] for run in ours_runs)
+            to_one = statistics.median(rates[run] / rates.get((run[0], 1), rates[run]) for run in ours_runs)
+            print(
+                f"[bench]   median of {THROUGHPUT_ROUNDS} rounds, threads={threads}: "
+                f"{statistics.median(rates[run] for run in ours_runs):6.1f}/s  ratio to the loop {to_loop:5.2f}  "
+                f"to threads=1 {to_one:5.2f}"
+            )
     print(f"[bench]   the loop's stretches: CPU {loop_window.summary()}")
