@@ -376,22 +376,23 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
         f"{ref_rate:.1f}/s over the whole run; load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} "
         f"after ({os.cpu_count()} cores)"
     )
+    to_loop = {run: rate / loop_rates[run] for run, rate in rates.items()}
+    to_one = {run: rate / rates.get((run[0], 1), rate) for run, rate in rates.items()}  # that round's 1 thread
     for run in runs:
         round_, threads = run
-        rate, one = rates[run], rates.get((round_, 1), rates[run])
+        label = f"round {round_ + 1} " if THROUGHPUT_ROUNDS > 1 else ""
         print(
-            f"[bench]   {f'round {round_ + 1} ' if THROUGHPUT_ROUNDS > 1 else ''}threads={threads}: {rate:6.1f}/s  "
-            f"ratio to the loop around it ({loop_rates[run]:5.1f}/s) {rate / loop_rates[run]:5.2f}  "
-            f"to threads=1 {rate / one:5.2f}  (CPU: {windows[run].summary()})"
+            f"[bench]   {label}threads={threads}: {rates[run]:6.1f}/s  "
+            f"ratio to the loop around it ({loop_rates[run]:5.1f}/s) {to_loop[run]:5.2f}  "
+            f"to threads=1 {to_one[run]:5.2f}  (CPU: {windows[run].summary()})"
         )
     if THROUGHPUT_ROUNDS > 1:
         for threads in curve:
-            ours_runs = [(round_, threads) for round_ in range(THROUGHPUT_ROUNDS)]
-            to_loop = statistics.median(rates[run] / loop_rates[run] for run in ours_runs)
-            to_one = statistics.median(rates[run] / rates.get((run[0], 1), rates[run]) for run in ours_runs)
+            of_threads = [(round_, threads) for round_ in range(THROUGHPUT_ROUNDS)]
             print(
                 f"[bench]   median of {THROUGHPUT_ROUNDS} rounds, threads={threads}: "
-                f"{statistics.median(rates[run] for run in ours_runs):6.1f}/s  ratio to the loop {to_loop:5.2f}  "
-                f"to threads=1 {to_one:5.2f}"
+                f"{statistics.median(rates[run] for run in of_threads):6.1f}/s  "
+                f"ratio to the loop {statistics.median(to_loop[run] for run in of_threads):5.2f}  "
+                f"to threads=1 {statistics.median(to_one[run] for run in of_threads):5.2f}"
             )
     print(f"[bench]   the loop's stretches: CPU {loop_window.summary()}")
