@@ -735,6 +735,7 @@ class CleanerLoop:
                 batch.append((name, lane.queue))
                 lane.queue, lane.busy = [], True
             self._running_batches += 1
+            self._metrics.batch_tables.observe(len(batch))
             self._executor.submit(self._run_batch, batch)
 
     def _run_batch(self, lanes: Sequence[tuple[str, Sequence[Work]]]) -> None:

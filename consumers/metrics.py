@@ -21,6 +21,7 @@ from acidclean.shared.probes import ProbeResult, Probes, ReadinessCheck, serve_h
 __all__ = ["CleanerMetrics", "ProbeResult", "Probes", "ReadinessCheck", "serve_http"]
 
 LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600)
 
 
@@ -89,6 +90,14 @@ class CleanerMetrics:
             "acidclean_cleaner_lateness_seconds",
             "Re-check time minus due time of delayed events (never negative).",
             buckets=LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.batch_tables = Histogram(
+            "acidclean_cleaner_batch_tables",
+            "Tables (lanes) a worker checked together in one batch: one lock list, one table lookup per "
+            "database and one publish for all of them. Its count is the batches; many small batches with "
+            "more threads mean more calls for the same cleanups.",
+            buckets=BATCH_BUCKETS,
             registry=r,
         )
         self.deleted_bytes = Counter("acidclean_cleaner_deleted_bytes", "Bytes deleted.", registry=r)

@@ -44,6 +44,7 @@ from cleaner_support import (
 )
 from confluent_kafka import Consumer, TopicPartition
 from cpu_use import CpuWindow, listening_pid
+from metrics_scrape import scrape, scrape_by_label
 
 from acidclean.consumers.rules.obsolete import CleanupPlan, check_markers, plan_cleanup
 from acidclean.consumers.rules.readiness import open_transactions_before, ready_to_clean, table_locks
@@ -125,17 +126,6 @@ def raw_of(message: Any) -> Any:
     from acidclean.shared.bus.records import raw_record
 
     return raw_record(message)
-
-
-def scrape(port: int, name: str) -> float:
-    """One sample of the cleaner's /metrics (0 when absent)."""
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
 
 
 def test_lateness_and_metastore_calls_of_delayed_rechecks(
@@ -278,9 +268,10 @@ def run_cleaner(
     tmp_path: Path,
     vacuums: list[VacuumCommitted],
     services: dict[str, int | None],
-) -> tuple[float, CpuWindow]:
+) -> tuple[float, CpuWindow, dict[str, float]]:
     """Seconds from publishing ``vacuums`` (one batch) to the last CleanupDone, cleaner in its own process,
-    and the cores that it and ``services`` (name: pid) used meanwhile.
+    the cores that it and ``services`` (name: pid) used meanwhile, and its counters' growth meanwhile
+    (see :func:`cleaner_counters`).
 
     The vacuums go out through a producer that already published the warm-up vacuum: a new producer's
     first publish (metadata, producer id) took 50 to 500 ms here, the benchmark's cost and not the
@@ -290,22 +281,51 @@ def run_cleaner(
     warm.commit_deltas(2)
     warm_vacuum = warm.minor_vacuum()
     topic = settings.topic("vacuum_committed")
-    cleaner = start_cleaner_process(settings, tmp_path / "cleaner.log", cleaner_id="bench")
+    port = free_port()
+    cleaner = start_cleaner_process(
+        settings, tmp_path / "cleaner.log", cleaner_id="bench", args=("--metrics-port", str(port))
+    )
     try:
         with KafkaEventBus(settings.kafka) as bus:
             bus.publish(topic, warm_vacuum)  # the group is joined, the workers and this producer are warm
             watcher.wait_for(lambda: watcher.done(warm_vacuum), 60, "the warm-up cleanup")
+            before = cleaner_counters(port)
             window = CpuWindow({"cleaner": cleaner.process.pid, **services}).start()
             started_at = datetime.now(timezone.utc)
             bus.publish_many([(topic, vacuum) for vacuum in vacuums])
             watcher.wait_for(lambda: all(watcher.done(v) for v in vacuums), 120, "every CleanupDone")
             window.stop()
+            after = cleaner_counters(port)
         last = max(watcher.done(v)[0].occurred_at for v in vacuums)
         cleaner_s = (last - started_at).total_seconds()
     finally:
         cleaner.stop()
         watcher.close()
-    return cleaner_s, window
+    return cleaner_s, window, {name: after[name] - before.get(name, 0.0) for name in after}
+
+
+def cleaner_counters(port: int) -> dict[str, float]:
+    """The cleaner's batches (``batches``), the tables in them (``batch_tables``) and its metastore
+    calls by call (``calls:<call>``), from its ``/metrics``."""
+    counters = {
+        "batches": scrape(port, "acidclean_cleaner_batch_tables_count"),
+        "batch_tables": scrape(port, "acidclean_cleaner_batch_tables_sum"),
+    }
+    for call, count in scrape_by_label(port, "acidclean_cleaner_metastore_calls_total").items():
+        counters[f"calls:{call}"] = count
+    return counters
+
+
+def batches_summary(counters: dict[str, float], cleanups: int) -> str:
+    """``counters``' batches, tables a batch and metastore calls a cleanup, as one line's end."""
+    batches = counters.get("batches", 0.0)
+    calls = ", ".join(
+        f"{name.removeprefix('calls:')} {count / cleanups:.3f}"
+        for name, count in sorted(counters.items())
+        if name.startswith("calls:") and count
+    )
+    per_batch = counters.get("batch_tables", 0.0) / batches if batches else float("nan")
+    return f"{batches:.0f} batches of {per_batch:.1f} tables; metastore calls a cleanup: {calls}"
 
 
 def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
@@ -343,6 +363,7 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
     loop_rates: dict[tuple[int, int], float] = {}
     services = {"metastore": listening_pid(metastore_uri), "broker": listening_pid(kafka_bootstrap)}
     windows: dict[tuple[int, int], CpuWindow] = {}
+    counters: dict[tuple[int, int], dict[str, float]] = {}
     loop_window = CpuWindow({"loop": os.getpid(), "metastore": services["metastore"]})
 
     def reference(run: tuple[int, int], batch: slice) -> float:
@@ -362,7 +383,7 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
         )
         vacuums = [table.minor_vacuum() for table in ours[run]]
         reference_s = reference(run, slice(0, quarter))
-        cleaner_s, windows[run] = run_cleaner(
+        cleaner_s, windows[run], counters[run] = run_cleaner(
             settings, metastore, root, name, tmp_path / f"{round_}-{threads}", vacuums, services
         )
         reference_s += reference(run, slice(quarter, None))
@@ -386,6 +407,7 @@ def test_cleanups_per_second_against_a_single_threaded_loop_for_1_2_4_8_threads(
             f"ratio to the loop around it ({loop_rates[run]:5.1f}/s) {to_loop[run]:5.2f}  "
             f"to threads=1 {to_one[run]:5.2f}  (CPU: {windows[run].summary()})"
         )
+        print(f"[bench]     {batches_summary(counters[run], THROUGHPUT_TABLES)}")
     if THROUGHPUT_ROUNDS > 1:
         for threads in curve:
             of_threads = [(round_, threads) for round_ in range(THROUGHPUT_ROUNDS)]

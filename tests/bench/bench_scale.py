@@ -40,6 +40,7 @@ import pytest
 from cleaner_support import TENANT, CleanerSubprocess, cleaner_settings, start_cleaner_process
 from confluent_kafka import Consumer, TopicPartition
 from cpu_use import CpuWindow, listening_pid
+from metrics_scrape import scrape, scrape_by_label
 
 from acidclean.deploy.local.process import free_port
 from acidclean.schemas.common import LockSnapshotEntry
@@ -101,29 +102,6 @@ def rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def scrape(port: int, name: str) -> float:
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    for line in text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def scrape_by_label(port: int, name: str) -> dict[str, float]:
-    """A labelled counter's values by its one label's value."""
-    import urllib.request
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            label = line[line.index('"') + 1 : line.rindex('"')]
-            values[label] = float(line.rsplit(" ", 1)[1])
-    return values
 
 
 def counts_by_label(cleaners: Sequence[tuple[object, int]], name: str) -> Counter[str]:

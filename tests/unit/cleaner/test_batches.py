@@ -391,6 +391,10 @@ def test_tables_ready_together_are_spread_over_every_worker(rig: Rig, workers: i
     loop.step()
     assert [len(batch) for batch in executor.batches] == sizes
     assert sorted(name for batch in executor.batches for name in batch) == sorted(f"acme/sales.t{i}" for i in range(10))
+    registry = rig.metrics.registry  # the batches and their tables, as an operator reads them
+    assert registry.get_sample_value("acidclean_cleaner_batch_tables_count") == len(sizes)
+    assert registry.get_sample_value("acidclean_cleaner_batch_tables_sum") == 10
+    assert registry.get_sample_value("acidclean_cleaner_batch_tables_bucket", {"le": "1.0"}) == sizes.count(1)
 
 
 def test_a_worker_freed_while_the_others_run_takes_only_its_share_of_the_waiting_tables(rig: Rig) -> None:
