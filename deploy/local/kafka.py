@@ -21,6 +21,7 @@ from pathlib import Path
 
 from acidclean.deploy.local.jars import kafka_libs
 from acidclean.deploy.local.process import (
+    QUICK_JIT,
     StartedProcess,
     ensure_port_free,
     free_ports,
@@ -241,7 +242,17 @@ def start_kafka(
     bootstrap = f"127.0.0.1:{ports.broker}"
     process = start_service(
         "Kafka",
-        [java, "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true", *common, "kafka.Kafka", str(props)],
+        [
+            java,
+            "-Xms256m",
+            "-Xmx512m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            *QUICK_JIT,
+            *common,
+            "kafka.Kafka",
+            str(props),
+        ],
         log_dir / "kafka.log",
         ready=lambda: kafka_ready(bootstrap, admin_client_settings(bootstrap, sasl_users, tls)),
         timeout_s=timeout_s,

@@ -36,6 +36,7 @@ from xml.sax.saxutils import escape
 
 from acidclean.deploy.local.jars import cached_jars, hive3_home, hive4_home, pyspark_jars
 from acidclean.deploy.local.process import (
+    QUICK_JIT,
     StartedProcess,
     ensure_port_free,
     free_port,
@@ -254,12 +255,6 @@ def _schema_template(flavour: str, dist: Path, log_dir: Path, java: str, env: di
         (database / lock_file).unlink(missing_ok=True)
     (template / "complete").write_text("initialised by MetastoreSchemaTool\n", encoding="utf-8")
     return database
-
-
-# Only the JIT's first tier: a local metastore lives minutes, and its optimising compiler took 19 of the
-# 42 s of CPU it used in a 27 s run of table lookups (2026-11-29), on the cores the cleaner, Kafka and
-# the tests share. Warm, a lookup costs it 1.5 ms of CPU a table against 1.1-1.3 ms fully compiled.
-QUICK_JIT = ("-XX:TieredStopAtLevel=1",)
 
 
 def start_metastore(
