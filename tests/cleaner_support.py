@@ -397,11 +397,6 @@ class Watcher:
     def done(self, vacuum: VacuumCommitted) -> list[CleanupDone]:
         return [event for event in self.of("cleanup_done", vacuum) if isinstance(event, CleanupDone)]
 
-    def first_done(self, vacuum: VacuumCommitted) -> CleanupDone | None:
-        """The first CleanupDone read for ``vacuum``, looked up without scanning every event read."""
-        with self._lock:
-            return self._first_done.get(vacuum.event_id)
-
     def all_done(self, vacuums: Iterable[VacuumCommitted]) -> bool:
         """Every one of ``vacuums`` has a CleanupDone: for benchmarks waiting on thousands, where
         ``done`` per vacuum (a scan of every event read) made the wait quadratic and took the bench's
