@@ -296,10 +296,10 @@ def run_cleaner(
             window = CpuWindow({"cleaner": cleaner.process.pid, **services, "bench": os.getpid()}).start()
             started_at = datetime.now(timezone.utc)
             bus.publish_many([(topic, vacuum) for vacuum in vacuums])
-            watcher.wait_for(lambda: watcher.all_done(vacuums), 120, "every CleanupDone")
+            watcher.wait_for(lambda: all(watcher.done(v) for v in vacuums), 120, "every CleanupDone")
             window.stop()
             after = cleaner_counters(port)
-        last = watcher.last_done_at(vacuums)
+        last = max(watcher.done(v)[0].occurred_at for v in vacuums)
         cleaner_s = (last - started_at).total_seconds()
     finally:
         cleaner.stop()

@@ -118,9 +118,9 @@ def test_s3_cleanups_per_second_against_a_single_threaded_loop(
         cleaner_cpu = CpuWindow({"cleaner": cleaner.process.pid, **services}).start()
         published_at = datetime.now(timezone.utc)
         publish(settings, *our_vacuums)
-        watcher.wait_for(lambda: watcher.all_done(our_vacuums), 180, "every CleanupDone")
+        watcher.wait_for(lambda: all(watcher.done(v) for v in our_vacuums), 180, "every CleanupDone")
         cleaner_cpu.stop()
-        last = watcher.last_done_at(our_vacuums)
+        last = max(watcher.done(v)[0].occurred_at for v in our_vacuums)
         cleaner_s = (last - published_at).total_seconds()
         cleaner_requests = _per_cleanup(before, _requests(s3_stack), TABLES)
     finally:
