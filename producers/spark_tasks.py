@@ -95,8 +95,16 @@ class _Counters:
 
 
 def _spark_progress(
-    spark: SparkSession, group: str, total: int, counters: _Counters, progress: Progress, done: threading.Event
+    spark: SparkSession,
+    group: str,
+    total: int,
+    counters: _Counters,
+    progress: Progress,
+    done: threading.Event,
+    succeeded: threading.Event,
 ) -> None:
+    """Report every second while the job runs; once it is done, a line that was reported is brought
+    up to date (a job finishing between two samples would otherwise end on "0/2")."""
     tracker = spark.sparkContext.statusTracker()
     reported = -1
     while not done.wait(1.0):
@@ -109,6 +117,8 @@ def _spark_progress(
         if completed != reported:
             progress(counters.line(completed, total))
             reported = completed
+    if succeeded.is_set() and reported not in (-1, total):
+        progress(counters.line(total, total))
 
 
 def run_bucket_tasks(spark: SparkSession, tasks: list[BucketTask], progress: Progress = quiet) -> list[BucketResult]:
@@ -135,15 +145,20 @@ def run_bucket_tasks(spark: SparkSession, tasks: list[BucketTask], progress: Pro
         except BaseException as error:  # handed to the calling thread
             failure.append(error)
 
-    done = threading.Event()
+    done, succeeded = threading.Event(), threading.Event()
     worker = threading.Thread(target=job, name="acidclean-vacuum-job")
     watcher = threading.Thread(
-        target=_spark_progress, args=(spark, group, len(tasks), counters, progress, done), daemon=True
+        target=_spark_progress,
+        args=(spark, group, len(tasks), counters, progress, done, succeeded),
+        daemon=True,
     )
     worker.start()
     watcher.start()
     worker.join()
+    if not failure:
+        succeeded.set()
     done.set()
+    watcher.join()
     if failure:
         raise failure[0]
     return sorted(results, key=lambda r: r.bucket)

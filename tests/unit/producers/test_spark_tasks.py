@@ -5,13 +5,19 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import threading
 import zipfile
 import zipimport
 from pathlib import Path
 
 import pytest
 
-from acidclean.producers.spark_tasks import refresh_zip_importers_only_when_changed, task_error_message
+from acidclean.producers.spark_tasks import (
+    _Counters,
+    _spark_progress,
+    refresh_zip_importers_only_when_changed,
+    task_error_message,
+)
 
 SPARK_FAILURE = """An error occurred while calling o12.collect.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 0.0 failed 1 times
@@ -87,3 +93,70 @@ def test_the_daemon_makes_the_zip_reread_cheap_before_it_forks_any_worker() -> N
     )
     answer = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert answer.stdout.strip() == "True"
+
+
+class _Accumulator:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+class _StageInfo:
+    def __init__(self, completed: int) -> None:
+        self.numCompletedTasks = completed
+
+
+class _JobInfo:
+    stageIds = (0,)
+
+
+class _Tracker:
+    """A status tracker whose job has completed ``completed`` of its tasks when sampled."""
+
+    def __init__(self, completed: int) -> None:
+        self.completed = completed
+
+    def getJobIdsForGroup(self, group: str) -> list[int]:
+        return [0]
+
+    def getJobInfo(self, job_id: int) -> _JobInfo:
+        return _JobInfo()
+
+    def getStageInfo(self, stage_id: int) -> _StageInfo:
+        return _StageInfo(self.completed)
+
+
+class _Spark:
+    def __init__(self, tracker: _Tracker) -> None:
+        self.sparkContext = self
+        self._tracker = tracker
+
+    def statusTracker(self) -> _Tracker:
+        return self._tracker
+
+
+def _progress_lines(succeeded: bool) -> list[str]:
+    """Sample once at 0 of 2 buckets, then the job ends before the next sample."""
+    lines: list[str] = []
+    done, success = threading.Event(), threading.Event()
+
+    def progress(line: str) -> None:
+        lines.append(line)
+        if succeeded:
+            success.set()
+        done.set()
+
+    counters = _Counters(_Accumulator(819), _Accumulator(8600))
+    _spark_progress(_Spark(_Tracker(0)), "g", 2, counters, progress, done, success)  # type: ignore[arg-type]
+    return lines
+
+
+def test_a_job_ending_between_two_progress_samples_ends_on_its_final_count() -> None:
+    lines = _progress_lines(succeeded=True)
+    assert lines == [
+        "  buckets compacted: 0/2, 819 events, 8.4 KB written",
+        "  buckets compacted: 2/2, 819 events, 8.4 KB written",
+    ]
+
+
+def test_a_failed_job_is_not_reported_as_compacted() -> None:
+    assert _progress_lines(succeeded=False) == ["  buckets compacted: 0/2, 819 events, 8.4 KB written"]
