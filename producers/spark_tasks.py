@@ -158,7 +158,7 @@ def run_bucket_tasks(spark: SparkSession, tasks: list[BucketTask], progress: Pro
     if not failure:
         succeeded.set()
     done.set()
-    watcher.join()
+    watcher.join(timeout=5.0)  # its last line; never held up by a status call to a failing JVM
     if failure:
         raise failure[0]
     return sorted(results, key=lambda r: r.bucket)

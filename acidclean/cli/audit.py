@@ -107,6 +107,16 @@ def table_cells(row: AuditRow) -> tuple[str, ...]:
     )
 
 
+def _scope(table: str | None, partition: str | None, since_text: str | None) -> str:
+    """What an audit was asked about, as words: "of sales.orders partition ds=1 since 2h"."""
+    words = [f"of {table}" if table else "of any table"]
+    if partition:
+        words.append(f"partition {partition}")
+    if since_text:
+        words.append(f"since {since_text}")
+    return " ".join(words)
+
+
 def render_table(rows: Sequence[AuditRow]) -> str:
     """Rows as aligned text columns under a header line."""
     cells = [COLUMNS, *(table_cells(row) for row in rows)]
@@ -180,6 +190,8 @@ def audit(
     for topic in reader.missing_topics:
         click.echo(f"note: topic {topic} does not exist (yet); read as empty", err=True)
     click.echo(render_json(rows) if output_format == "json" else render_table(rows))
+    if not rows and output_format == "table":
+        click.echo(f"note: no vacuum or request {_scope(table, partition, since_text)} in the event topics", err=True)
     if plot_file is not None and table is not None:
         from acidclean.consumers.plot import draw, read_timeline
 

@@ -443,6 +443,21 @@ def test_audit_filters_by_table_partition_and_time(kafka_bootstrap: str, unique_
     assert len(lines) == 1 and lines[0].split()[:3] == ["TABLE", "PARTITION", "TYPE"]
 
 
+def test_an_audit_that_finds_nothing_says_so_beside_the_header(kafka_bootstrap: str, unique_name: str) -> None:
+    settings = publish_history(kafka_bootstrap, f"{unique_name}.")
+    env = {"ACIDCLEAN_KAFKA_BOOTSTRAP": settings.bootstrap_servers, "ACIDCLEAN_TOPIC_PREFIX": settings.topic_prefix}
+    args = ["audit", "sales.orders", "--partition", "ds=9", "--since", "2025-03-14T09:00:00Z"]
+    result = CliRunner().invoke(main, args, env=env, catch_exceptions=False)
+    assert result.exit_code == 0 and result.stdout.splitlines()[0].split()[:2] == ["TABLE", "PARTITION"]
+    assert len(result.stdout.splitlines()) == 1
+    assert (
+        "note: no vacuum or request of sales.orders partition ds=9 since 2025-03-14T09:00:00Z in the event topics"
+        in result.stderr
+    )
+    found = CliRunner().invoke(main, ["audit", "sales.orders"], env=env, catch_exceptions=False)
+    assert "note: no vacuum" not in found.stderr
+
+
 def test_audit_of_topics_that_do_not_exist_yet_is_empty(kafka_bootstrap: str, unique_name: str) -> None:
     env = {"ACIDCLEAN_KAFKA_BOOTSTRAP": kafka_bootstrap, "ACIDCLEAN_TOPIC_PREFIX": f"{unique_name}."}
     result = CliRunner().invoke(main, ["audit", "--format", "json"], env=env, catch_exceptions=False)
