@@ -277,6 +277,7 @@ class CleanerLoop:
         self._tenant_prefix = f"{config.tenant}/".encode()
         metrics.bind(
             paused=self.paused_count,
+            held=self.held_bytes,
             oldest_pending=self.oldest_pending_s,
             overdue=self.overdue_s,
             stuck=lambda: float(handler.stuck_count(max(60.0, 3 * config.interval_ms / 1000))),
@@ -1222,6 +1223,10 @@ class CleanerLoop:
 
     def paused_count(self) -> float:
         return float(sum(1 for state in list(self._states.values()) if state.paused_until_ms is not None))
+
+    def held_bytes(self) -> float:
+        """Bytes of delay records held until due, over every partition (read from the metrics thread)."""
+        return float(sum(state.held_bytes for state in list(self._states.values())))
 
     def oldest_pending_s(self) -> float:
         """Age of the oldest vacuum seen waiting: read and not finished (however long ago, e.g. behind a

@@ -121,6 +121,12 @@ class CleanerMetrics:
             "Delay-topic partitions whose next record is not yet due (held, with those read after it).",
             registry=r,
         )
+        self.held_bytes = Gauge(
+            "acidclean_cleaner_held_bytes",
+            "Bytes of delay records read ahead of their due time and held in memory until due (at most "
+            "16 MiB a delay partition).",
+            registry=r,
+        )
         self.oldest_pending_seconds = Gauge(
             "acidclean_cleaner_oldest_pending_seconds",
             "Age of the oldest vacuum this process is waiting on.",
@@ -151,12 +157,14 @@ class CleanerMetrics:
         self,
         *,
         paused: Callable[[], float],
+        held: Callable[[], float],
         oldest_pending: Callable[[], float],
         stuck: Callable[[], float],
         overdue: Callable[[], float],
     ) -> None:
         """Compute the on-demand gauges from the running cleaner's state at scrape time."""
         self.paused_partitions.set_function(paused)
+        self.held_bytes.set_function(held)
         self.oldest_pending_seconds.set_function(oldest_pending)
         self.stuck_events.set_function(stuck)
         self.overdue_seconds.set_function(overdue)

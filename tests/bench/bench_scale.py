@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import threading
 import time
 import uuid
@@ -95,6 +96,16 @@ def percentile(samples: list[float], q: float) -> float:
 def utc_clock(moment: float) -> str:
     """A time of day as the cleaners' log lines give it (their ``ts``), to find a window in them."""
     return datetime.fromtimestamp(moment, timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def sample_held_bytes(cleaners: Sequence[tuple[CleanerSubprocess, int]], until: float) -> list[float]:
+    """The cleaners' delay records held until due (bytes, summed over the processes), once an interval
+    until ``until`` (each scrape takes a little of the cleaner's interpreter)."""
+    samples: list[float] = []
+    while time.time() < until:
+        samples.append(sum(scrape(port, "acidclean_cleaner_held_bytes") for _, port in cleaners))
+        time.sleep(max(0.0, min(INTERVAL_MS / 1000, until - time.time())))
+    return samples
 
 
 def rss_mb(pid: int) -> float:
@@ -374,7 +385,7 @@ def measure(
     processes = {f"cleaner{number}": cleaner.process.pid for number, (cleaner, _) in enumerate(cleaners)}
     cpu = CpuWindow(processes | services | {"bench": os.getpid()}).start()
     start = time.time()
-    time.sleep(WINDOW_INTERVALS * INTERVAL_MS / 1000)
+    held = sample_held_bytes(cleaners, start + WINDOW_INTERVALS * INTERVAL_MS / 1000)
     end = time.time()
     cpu.stop()
     # The counters at the window's end: the watcher may take seconds more to catch up with it.
@@ -415,7 +426,9 @@ def measure(
         "lateness p50 "
         f"{percentile(samples, 0.5) * 1000:.0f} ms p99 {percentile(samples, 0.99) * 1000:.0f} ms max "
         f"{max(samples, default=float('nan')) * 1000:.0f} ms; early {len(early)}; RSS "
-        f"{', '.join(f'{value:.0f}' for value in rss)} MB; show_locks/interval {made:.1f} "
+        f"{', '.join(f'{value:.0f}' for value in rss)} MB (delay records held until due: mean "
+        f"{statistics.fmean(held) / 2**20 if held else float('nan'):.1f} MiB, max "
+        f"{max(held, default=float('nan')) / 2**20:.1f} MiB); show_locks/interval {made:.1f} "
         f"({asked or 'none'}); "
         f"steady {settled_s:.0f} s after publishing; CPU {cpu.summary()}; "
         f"window {utc_clock(start)}-{utc_clock(end)} UTC"

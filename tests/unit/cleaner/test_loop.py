@@ -144,6 +144,24 @@ def test_not_due_record_holds_only_its_own_partition(
     assert consumer.paused == set() and consumer.seeks == []
 
 
+def test_the_held_bytes_gauge_counts_the_records_held_until_due_and_drops_them_once_handed_over(
+    consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
+) -> None:
+    loop = make_loop(consumer, handler, clock)
+    consumer.append(D, 0, envelope(clock, 60, partition="ds=1"))
+    consumer.append(D, 1, envelope(clock, 60, partition="ds=2"))
+    run(loop, 3)
+    held = [work for partition in ((D, 0), (D, 1)) for work in loop.states[partition].held]
+    assert len(held) == 2
+    assert loop.held_bytes() == sum(len(work.record.value or b"") for work in held) > 0
+    metrics = loop._metrics.registry.get_sample_value("acidclean_cleaner_held_bytes")
+    assert metrics == loop.held_bytes()
+    clock.advance(60)
+    run(loop, 3)
+    assert handler.offsets(D, 0) == [0] and handler.offsets(D, 1) == [0]
+    assert loop.held_bytes() == 0.0
+
+
 def test_records_written_while_a_head_waits_are_in_hand_at_their_due_time_without_a_refetch(
     consumer: FakeConsumer, handler: StubHandler, clock: FakeClock
 ) -> None:
