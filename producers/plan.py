@@ -25,7 +25,7 @@ from acidclean.shared.acid.id_lists import MetastoreKind, compactor_ids, id_name
 from acidclean.shared.acid.names import DirectoryKind, base_name, delta_name, parse_directory_name
 from acidclean.shared.acid.state import AcidState, Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidIdList, ValidTxnList
-from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError, VacuumRefusedError
+from acidclean.shared.errors import AcidLayoutError, NotEnoughHistoryError, NothingToCompactError
 from acidclean.shared.orc.reader import snapshot_files
 
 
@@ -95,18 +95,18 @@ def _describe_table(table: str, partition: str | None) -> str:
     return f"{table} partition {partition}" if partition else table
 
 
-def _nothing_to_compact(state: AcidState, compaction_type: CompactionType, where: str) -> VacuumRefusedError:
+def _nothing_to_compact(state: AcidState, compaction_type: CompactionType, where: str) -> NothingToCompactError:
     if compaction_type is CompactionType.MINOR and len(state.deltas) == 1:
-        return VacuumRefusedError(
+        return NothingToCompactError(
             f"nothing to compact in {where}: only one current delta ({state.deltas[0].name}); a minor vacuum "
             "needs at least two (a full vacuum, --full, would rewrite it as a base)"
         )
     if state.base is not None:
-        return VacuumRefusedError(
+        return NothingToCompactError(
             f"nothing to compact in {where}: {state.base.name} already holds every committed row and no delta "
             "follows it"
         )
-    return VacuumRefusedError(f"nothing to compact in {where}: it has no committed delta")
+    return NothingToCompactError(f"nothing to compact in {where}: it has no committed delta")
 
 
 def plan_compaction(
@@ -133,7 +133,7 @@ def plan_compaction(
         lowest_open = lowest_open_id(valid_ids_text, kind)
         if _enough(unblocked, compaction_type) and lowest_open is not None:
             waiting = ", ".join(d.name for d in unblocked.deltas if d.max_write_id >= lowest_open)
-            raise VacuumRefusedError(
+            raise NothingToCompactError(
                 f"nothing can be compacted in {where} yet: {id_name(kind)} {lowest_open} is open and lies below "
                 f"every delta it would compact ({waiting}); vacuum again once it commits or aborts"
             )

@@ -48,6 +48,7 @@ from acidclean.shared.bus.records import raw_record
 from acidclean.shared.errors import (
     BusError,
     MetastoreError,
+    NothingToCompactError,
     TableNotFoundError,
     VacuumBusyError,
     VacuumRefusedError,
@@ -124,8 +125,7 @@ def failure_code(error: VacuumRefusedError) -> VacuumFailureCode:
     """The ``VacuumFailed.reason_code`` of a refusal."""
     if isinstance(error.__cause__, TableNotFoundError):
         return "table_gone"
-    text = str(error)
-    if text.startswith(("nothing to compact", "nothing can be compacted")):
+    if isinstance(error, NothingToCompactError):
         return "nothing_to_vacuum"
     return "refused"
 

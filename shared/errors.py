@@ -69,5 +69,10 @@ class VacuumRefusedError(VacuumError):
     nothing to compact, an open transaction below every delta); nothing was written."""
 
 
+class NothingToCompactError(VacuumRefusedError):
+    """The table or partition has nothing a vacuum of this type would compact now (no second delta, a
+    base that already holds every row, or only deltas above an open transaction); nothing was written."""
+
+
 class VacuumBusyError(VacuumRefusedError):
     """Another vacuum holds the table's or partition's vacuum lock: nothing was written; try later."""

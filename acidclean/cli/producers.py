@@ -16,15 +16,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from acidclean.cli import EXIT_NOT_PUBLISHED, examples, require_extra, table_name
+from acidclean.cli import EXIT_FAILED, EXIT_NOT_PUBLISHED, examples, require_extra, table_name
 from acidclean.cli.context import command_settings
 from acidclean.producers.plan import CompactionType, describe_plan, format_bytes
+from acidclean.shared.acid.id_lists import MetastoreKind
+from acidclean.shared.errors import NothingToCompactError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import split_table_name
 from acidclean.shared.settings import Settings
 
 if TYPE_CHECKING:  # publish imports the ORC writer (pyorc, the vacuum extra)
     from acidclean.producers.publish import PublishOutcome
+    from acidclean.producers.vacuum import VacuumRequest, VacuumResult
 
 _Command = TypeVar("_Command", bound=Callable[..., Any])
 
@@ -87,10 +90,17 @@ PUBLISH_TIMEOUT = click.FloatRange(min=0, min_open=True)
         "acidclean vacuum sales.orders --full",
     )
     + "\n\nExit 0 committed and published, 1 refused or failed (the table is unchanged), 3 committed but "
-    "not published (the event waits in the outbox)."
+    "not published (the event waits in the outbox). Of every partition: 1 when one was refused or failed, "
+    "or none had anything to compact."
 )
 @click.argument("table", metavar="DB.TABLE", callback=table_name)
-@click.option("--partition", metavar="K=V[/K2=V2]", help="Vacuum one partition" + PARTITION_SPELLING)
+@click.option(
+    "--partition",
+    metavar="K=V[/K2=V2]",
+    help="Vacuum one partition"
+    + PARTITION_SPELLING
+    + " Without it, a partitioned table has each of its partitions vacuumed in turn, each its own vacuum.",
+)
 @click.option("--full", is_flag=True, help="MAJOR vacuum (VACUUM TABLE t FULL): base and deltas into base_N.")
 @click.option("--dry-run", is_flag=True, help="Print what would be compacted into what; write nothing.")
 @click.option(
@@ -124,22 +134,42 @@ def vacuum(
     """
     require_extra("vacuum", "acidclean vacuum")
     from acidclean.producers.publish import Publisher
+    from acidclean.producers.table_vacuum import partitions_to_vacuum
     from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum, spark_session
 
     settings = _settings(config_file, no_create_topics)
     compaction = CompactionType.MAJOR if full else CompactionType.MINOR
     request = VacuumRequest(table, partition, compaction, dry_run, allow_uncleaned)
+    publisher = Publisher(settings, timeout_s=publish_timeout)
+    outbox = outbox_for(settings, outbox_dir)
     with _metastore(settings) as metastore:
-        result = run_vacuum(
-            request,
-            settings=settings,
-            metastore=metastore,
-            spark=lambda: spark_session(master, f"acidclean-vacuum {table}"),
-            publisher=Publisher(settings, timeout_s=publish_timeout),
-            outbox=outbox_for(settings, outbox_dir),
-            progress=_info,
-        )
+
+        def run(one: VacuumRequest) -> VacuumResult:
+            return run_vacuum(
+                one,
+                settings=settings,
+                metastore=metastore,
+                spark=lambda: spark_session(master, f"acidclean-vacuum {table}"),  # one session for all
+                publisher=publisher,
+                outbox=outbox,
+                progress=_info,
+            )
+
+        partitions = partitions_to_vacuum(metastore, table) if partition is None else None
+        if partitions is not None:
+            _vacuum_every_partition(request, partitions, run, metastore.kind)
+            return
+        result = run(request)
         kind = metastore.kind
+    published = _report_vacuum(result, kind)
+    if dry_run:
+        click.echo("dry run: nothing written")
+    if not published:
+        sys.exit(EXIT_NOT_PUBLISHED)
+
+
+def _report_vacuum(result: VacuumResult, kind: MetastoreKind) -> bool:
+    """Print what one vacuum did; False when it committed and its event waits in the outbox."""
     for outcome in result.earlier:
         click.echo(f"earlier vacuum: {_outcome_line(outcome)}")
     for staging in result.removed_staging:
@@ -147,11 +177,10 @@ def vacuum(
     plan = result.plan
     if result.status == "dry-run":
         click.echo("\n".join(describe_plan(plan, kind)))
-        click.echo("dry run: nothing written")
-        return
+        return True
     if result.status == "already-committed":
         click.echo(f"{plan.table}: {', '.join(result.new_directories)} already committed; nothing to do")
-        return
+        return True
     click.echo(
         f"committed {plan.compaction_type.value} vacuum of {plan.table}"
         f"{' partition ' + plan.partition if plan.partition else ''}: {', '.join(result.new_directories)}"
@@ -166,7 +195,51 @@ def vacuum(
     locks = result.publish.event.lock_snapshot
     click.echo(f"  lock snapshot: {len(locks)} lock(s)" + "".join(f"\n    {lock.describe()}" for lock in locks))
     click.echo(_outcome_line(result.publish))
-    if not result.publish.published:
+    return result.publish.published
+
+
+def _vacuum_every_partition(
+    request: VacuumRequest,
+    partitions: Sequence[str],
+    run: Callable[[VacuumRequest], VacuumResult],
+    kind: MetastoreKind,
+) -> None:
+    """``vacuum DB.TABLE`` of a partitioned table: each partition in turn, as ``--partition`` would
+    (:mod:`acidclean.producers.table_vacuum`), then one line for the whole table. Exit 1 when a
+    partition was refused or failed, or when no partition had anything to compact; else 3 when an
+    event waits in the outbox."""
+    from acidclean.producers.table_vacuum import summarize, vacuum_each_partition
+
+    if not partitions:
+        raise NothingToCompactError(f"nothing to compact in {request.table}: it is partitioned and has no partition")
+    _info(f"{request.table}: {len(partitions)} partition(s), vacuumed one at a time")
+    outcomes = []
+    all_published = True
+    for outcome in vacuum_each_partition(request, partitions, run):
+        outcomes.append(outcome)
+        if outcome.result is not None:
+            all_published = _report_vacuum(outcome.result, kind) and all_published
+        elif outcome.skipped is not None:
+            click.echo(f"skipped: {outcome.skipped}")
+        else:
+            click.echo(f"not vacuumed: partition {outcome.partition}: {outcome.failed}")
+    summary = summarize(outcomes)
+    counts = [
+        f"{summary.planned} would be vacuumed" if request.dry_run else f"{summary.committed} vacuumed",
+        f"{summary.nothing_to_do} with nothing to compact",
+    ]
+    if summary.failed:
+        counts.append(f"{len(summary.failed)} not vacuumed ({_names(summary.failed)})")
+    click.echo(f"{request.table}: {len(partitions)} partition(s): {', '.join(counts)}")
+    if request.dry_run:
+        click.echo("dry run: nothing written")
+    if summary.failed:
+        sys.exit(EXIT_FAILED)
+    if summary.nothing_to_do == len(partitions) and not any(o.result for o in outcomes):
+        raise NothingToCompactError(
+            f"nothing to compact in any of the {len(partitions)} partition(s) of {request.table}"
+        )
+    if not all_published:
         sys.exit(EXIT_NOT_PUBLISHED)
 
 

@@ -127,6 +127,54 @@ def test_a_partition_is_vacuumed_alone_and_its_event_names_it(
     assert event.partition == "ds=2026-01-01" and event.location.endswith("/ds=2026-01-01")
 
 
+@pytest.mark.rule2
+def test_a_partitioned_table_without_a_partition_is_vacuumed_one_partition_at_a_time(
+    metastore: HiveMetastore, spark: Any, metastore_uri: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    """As openLooKeng's VACUUM TABLE t without PARTITION: each partition its own vacuum and event, whose
+    lock snapshot holds the readers of that partition; one with nothing to compact is skipped; one
+    refused does not stop the others, and makes the run exit 1."""
+    table = new_table(metastore, unique_name, partitioned_by=[("ds", "string")])
+    days = ("ds=2026-01-01", "ds=2026-01-02", "ds=2026-01-03")
+    for day, commits in zip(days, (2, 2, 1), strict=True):
+        write(metastore, unique_name, rows=20, commits=commits, partition=day)
+    before = {day: snapshot(metastore, unique_name, day) for day in days}
+    alone = directories(metastore, unique_name, days[2])
+    settings = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path)
+    env = {
+        "ACIDCLEAN_METASTORE_URIS": metastore_uri,
+        "ACIDCLEAN_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "ACIDCLEAN_STATE_DIR": str(tmp_path),
+        "ACIDCLEAN_TOPIC_PREFIX": settings.topic_prefix,
+    }
+    with locked_read(metastore, DB, unique_name, days[1]) as reader:
+        result = CliRunner().invoke(cli, ["vacuum", table], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"skipped: nothing to compact in {table} partition {days[2]}" in result.stdout
+    assert result.stdout.rstrip().endswith(f"{table}: 3 partition(s): 2 vacuumed, 1 with nothing to compact")
+    events = {event.partition: event for event in vacuum_events(settings)}
+    assert sorted(events) == list(days[:2])
+    assert events[days[0]].lock_snapshot == []
+    assert [lock.lock_id for lock in events[days[1]].lock_snapshot] == [reader.lock_id]
+    assert all(events[day].location.endswith(f"/{day}") for day in days[:2])
+    assert all(snapshot(metastore, unique_name, day).equals(before[day]) for day in days)
+    assert directories(metastore, unique_name, days[2]) == alone
+
+    again = CliRunner().invoke(cli, ["vacuum", table], env=env)
+    assert again.exit_code == 1
+    assert f"error: nothing to compact in any of the 3 partition(s) of {table}" in again.stderr
+
+    # FULL: the first two still hold what their minor vacuums made obsolete (no cleaner ran): refused;
+    # the third becomes a base all the same.
+    full = CliRunner().invoke(cli, ["vacuum", table, "--full"], env=env)
+    assert full.exit_code == 1, full.output
+    assert f"not vacuumed: partition {days[0]}: " in full.stdout and "its cleanup has not run yet" in full.stdout
+    assert f"committed MAJOR vacuum of {table} partition {days[2]}" in full.stdout
+    assert f"1 vacuumed, 0 with nothing to compact, 2 not vacuumed ({days[0]}, {days[1]})" in full.stdout
+    assert [event.partition for event in vacuum_events(settings)][2:] == [days[2]]
+    assert snapshot(metastore, unique_name, days[2]).equals(before[days[2]])
+
+
 @pytest.mark.metastore  # CI runs these on Hive 3 too
 def test_only_ids_below_an_open_transaction_are_compacted(
     metastore: HiveMetastore, settings: Settings, spark: Any, unique_name: str

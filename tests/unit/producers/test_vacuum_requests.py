@@ -29,6 +29,7 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.errors import (
+    NothingToCompactError,
     TableNotFoundError,
     VacuumBusyError,
     VacuumError,
@@ -82,8 +83,8 @@ def test_a_request_answered_before_runs_nothing_and_publishes_nothing(tmp_path: 
 @pytest.mark.parametrize(
     ("error", "code"),
     [
-        (VacuumRefusedError("nothing to compact in db.t: it has no committed delta"), "nothing_to_vacuum"),
-        (VacuumRefusedError("nothing can be compacted in db.t yet: txn 4 is open"), "nothing_to_vacuum"),
+        (NothingToCompactError("nothing to compact in db.t: it has no committed delta"), "nothing_to_vacuum"),
+        (NothingToCompactError("nothing can be compacted in db.t yet: txn 4 is open"), "nothing_to_vacuum"),
         (VacuumRefusedError("Hive's compactor has a MAJOR compaction of db.t"), "refused"),
         (VacuumError("the vacuum of db.t failed while writing:\nboom"), "error"),
         (RuntimeError("Py4JJavaError\n  at ..."), "error"),
