@@ -171,7 +171,7 @@ def test_a_partitioned_table_without_a_partition_is_vacuumed_one_partition_at_a_
     assert f"not vacuumed: partition {days[0]}: " in full.stdout and "its cleanup has not run yet" in full.stdout
     assert f"committed MAJOR vacuum of {table} partition {days[2]}" in full.stdout
     assert f"1 vacuumed, 0 with nothing to compact, 2 not vacuumed ({days[0]}, {days[1]})" in full.stdout
-    assert [event.partition for event in vacuum_events(settings)][2:] == [days[2]]
+    assert sorted(event.partition or "" for event in vacuum_events(settings)) == list(days)  # one more: the third
     assert snapshot(metastore, unique_name, days[2]).equals(before[days[2]])
 
 
