@@ -19,11 +19,19 @@ import pyarrow as pa
 
 from acidclean.producers.locks import acquire_lock
 from acidclean.shared.acid.id_lists import reader_ids
+from acidclean.shared.acid.partition_names import parse_partition_name
 from acidclean.shared.acid.state import acid_state
-from acidclean.shared.acid.write_ids import ValidTxnList
+from acidclean.shared.acid.write_ids import ValidIdList, ValidTxnList
 from acidclean.shared.arrow_filesystem import open_location
-from acidclean.shared.errors import AcidCleanError, ConfigurationError
-from acidclean.shared.metastore import LockRequestComponent, LockType, Metastore, Operation, partition_name
+from acidclean.shared.errors import AcidCleanError, TableNotFoundError
+from acidclean.shared.metastore import (
+    LockRequestComponent,
+    LockType,
+    Metastore,
+    Operation,
+    TableInfo,
+    partition_name,
+)
 from acidclean.shared.orc.reader import list_table_dir, read_state
 
 HEARTBEAT_INTERVAL_S = 30.0  # well inside Hive's default transaction timeout (300 s)
@@ -51,36 +59,42 @@ def locked_read(
     with_row_id: bool = False,
     lock_timeout_s: float = 300.0,
 ) -> Iterator[LockedRead]:
-    """Lock, then list and read; the lock is held until the ``with`` block ends."""
+    """Lock, then list and read; the lock is held until the ``with`` block ends.
+
+    A partitioned table without ``partition`` is read whole, as a query over every partition: one
+    lock request for the table and each of its partitions (as Hive locks a full scan), then each
+    partition listed and read. ``directories`` then name each directory under its partition
+    (``ds=1/delta_0000001_0000002``) and ``location`` is the table's."""
     partition = partition_name(partition)
     info = metastore.get_table(db, table, partition)
-    if info.partition_keys and partition is None:
-        raise ConfigurationError(f"{db}.{table} is partitioned by {', '.join(info.partition_keys)}: give --partition")
+    whole = bool(info.partition_keys) and partition is None
+    # A partitioned table without partitions is read as its own directory: no rows, in its columns.
+    parts = (_partitions(metastore, db, table) if whole else []) or [info]
     txn_id = metastore.open_txn()
     committed = False
     try:
-        # The metastore's own (escaped) partition name, as Hive and Trino lock it.
-        component = LockRequestComponent(
-            db, table, info.partition, lock_type=LockType.SHARED_READ, operation=Operation.SELECT
-        )
-        lock = acquire_lock(metastore, [component], txn_id, timeout_s=lock_timeout_s)
-        # Only now: the snapshot and the listing.
+        # The metastore's own (escaped) partition names, as Hive and Trino lock them.
+        components = [
+            LockRequestComponent(db, table, name, lock_type=LockType.SHARED_READ, operation=Operation.SELECT)
+            for name in dict.fromkeys([info.partition] + [part.partition for part in parts])
+        ]
+        lock = acquire_lock(metastore, components, txn_id, timeout_s=lock_timeout_s)
+        # Only now: the snapshot and the listings.
         snapshot = reader_ids(metastore.valid_write_ids(db, table), metastore.kind)
         # A _vT directory (Hive's own compactor output) is read only once T committed.
         txns = ValidTxnList.from_string(metastore.valid_txn_list())
-        location = open_location(info.location)
-        listing = list_table_dir(location.fs.arrow, location.path)
-        state = acid_state(listing, snapshot, txns)
-        rows = read_state(
-            location.fs.arrow,
-            listing,
-            state,
-            snapshot,
-            columns=columns,
-            with_row_id=with_row_id,
-            row_names=[name for name, _ in info.columns] or None,
+        read = [_read_directory(part, snapshot, txns, columns, with_row_id) for part in parts]
+        directories = tuple(
+            f"{part.partition}/{name}" if part is not info else name
+            for part, (names, _) in zip(parts, read, strict=True)
+            for name in names
         )
-        yield LockedRead(txn_id, lock.lock_id, location.uri, state.current_directories, rows)
+        if whole and parts[0] is not info and columns is None:  # as SELECT *: the partition columns last
+            read = [
+                (names, _with_partition_columns(rows, part)) for part, (names, rows) in zip(parts, read, strict=True)
+            ]
+        rows = pa.concat_tables([rows for _, rows in read])
+        yield LockedRead(txn_id, lock.lock_id, open_location(info.location).uri, directories, rows)
         metastore.commit_txn(txn_id)
         committed = True
     finally:
@@ -88,6 +102,45 @@ def locked_read(
             # If aborting fails too, the transaction times out on its own; the original error matters more.
             with contextlib.suppress(AcidCleanError):
                 metastore.abort_txn(txn_id)
+
+
+def _partitions(metastore: Metastore, db: str, table: str) -> list[TableInfo]:
+    """Every partition of the table now, in name order (one dropped meanwhile is not read)."""
+    parts = []
+    for name in sorted(metastore.list_partitions(db, table)):
+        try:
+            parts.append(metastore.get_table(db, table, name))
+        except TableNotFoundError:
+            continue  # dropped since it was listed: a query planned now would not read it either
+    return parts
+
+
+def _with_partition_columns(rows: pa.Table, part: TableInfo) -> pa.Table:
+    for key, value in parse_partition_name(part.partition or ""):
+        rows = rows.append_column(key, pa.array([value] * rows.num_rows, pa.string()))
+    return rows
+
+
+def _read_directory(
+    info: TableInfo,
+    snapshot: ValidIdList,
+    txns: ValidTxnList,
+    columns: Sequence[str] | None,
+    with_row_id: bool,
+) -> tuple[tuple[str, ...], pa.Table]:
+    location = open_location(info.location)
+    listing = list_table_dir(location.fs.arrow, location.path)
+    state = acid_state(listing, snapshot, txns)
+    rows = read_state(
+        location.fs.arrow,
+        listing,
+        state,
+        snapshot,
+        columns=columns,
+        with_row_id=with_row_id,
+        row_names=[name for name, _ in info.columns] or None,
+    )
+    return state.current_directories, rows
 
 
 def hold(metastore: Metastore, txn_id: int, seconds: float) -> None:

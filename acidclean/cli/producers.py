@@ -384,7 +384,13 @@ def ingest(
     )
 )
 @click.argument("table", metavar="DB.TABLE", callback=table_name)
-@click.option("--partition", metavar="K=V[/K2=V2]", help="Read one partition" + PARTITION_SPELLING)
+@click.option(
+    "--partition",
+    metavar="K=V[/K2=V2]",
+    help="Read one partition"
+    + PARTITION_SPELLING
+    + " Without it, a partitioned table is read whole (every partition).",
+)
 @click.option(
     "--hold",
     type=click.FloatRange(min=0),

@@ -92,3 +92,31 @@ def test_the_read_cli_counts_rows_and_releases_its_lock(
     assert metastore.show_locks(DB, unique_name) == []
     rows = CliRunner().invoke(cli, ["read", f"{DB}.{unique_name}"], env=env)
     assert rows.exit_code == 0 and sum(line.startswith('{"id": ') for line in rows.output.splitlines()) == 24
+
+
+@pytest.mark.rule2
+def test_a_partitioned_table_read_whole_locks_it_and_every_partition_before_listing_them(
+    metastore: HiveMetastore, metastore_uri: str, unique_name: str
+) -> None:
+    new_table(metastore, unique_name, partitioned_by=[("ds", "string")])
+    env = {"ACIDCLEAN_METASTORE_URIS": metastore_uri}
+    empty = CliRunner().invoke(cli, ["read", f"{DB}.{unique_name}", "--count"], env=env)
+    assert empty.exit_code == 0 and empty.stdout.splitlines() == ["0"], empty.output
+    days = ("ds=2026-01-01", "ds=2026-01-02")
+    for day, rows in zip(days, (10, 15), strict=True):
+        write(metastore, unique_name, rows=rows, partition=day)
+    with locked_read(metastore, DB, unique_name) as read:
+        locks = metastore.show_locks(DB, unique_name)
+        assert {lock.lock_id for lock in locks} == {read.lock_id}
+        assert sorted((lock.partition or "") for lock in locks) == ["", *days]  # the table and each partition
+        assert all(lock.lock_type == "SHARED_READ" and lock.state == "ACQUIRED" for lock in locks)
+        assert read.rows.num_rows == 25
+        assert read.rows.column_names[-1] == "ds"
+        assert sorted(set(read.rows.column("ds").to_pylist())) == ["2026-01-01", "2026-01-02"]
+        assert [name.split("/")[0] for name in read.directories] == list(days)
+        assert read.location == metastore.get_table(DB, unique_name).location
+    assert metastore.show_locks(DB, unique_name) == []
+    counted = CliRunner().invoke(cli, ["read", f"{DB}.{unique_name}", "--count"], env=env)
+    assert counted.exit_code == 0 and counted.stdout.splitlines() == ["25"], counted.output
+    one = CliRunner().invoke(cli, ["read", f"{DB}.{unique_name}", "--partition", days[1], "--count"], env=env)
+    assert one.exit_code == 0 and one.stdout.splitlines() == ["15"], one.output
