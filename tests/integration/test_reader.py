@@ -95,6 +95,7 @@ def test_the_read_cli_counts_rows_and_releases_its_lock(
 
 
 @pytest.mark.rule2
+@pytest.mark.metastore  # CI runs these on Hive 3 and 4 too
 def test_a_partitioned_table_read_whole_locks_it_and_every_partition_before_listing_them(
     metastore: HiveMetastore, metastore_uri: str, unique_name: str
 ) -> None:

@@ -128,6 +128,7 @@ def test_a_partition_is_vacuumed_alone_and_its_event_names_it(
 
 
 @pytest.mark.rule2
+@pytest.mark.metastore  # CI runs these on Hive 3 and 4 too
 def test_a_partitioned_table_without_a_partition_is_vacuumed_one_partition_at_a_time(
     metastore: HiveMetastore, spark: Any, metastore_uri: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
 ) -> None:
