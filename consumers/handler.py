@@ -64,7 +64,6 @@ from acidclean.consumers.scheduling import (
     runs_due_together,
     vacuum_of,
 )
-from acidclean.consumers.table_lookups import TableLookups
 from acidclean.consumers.waiting import (
     EntryFacts,
     GroupOut,
@@ -785,8 +784,6 @@ class CleanupHandler:
         self._stuck: dict[str, float] = {}
         self._stuck_lock = threading.Lock()
         self.lock_call_costs = LockCallCosts()
-        # The workers' table lookups, one metastore call at a time (see acidclean.consumers.table_lookups).
-        self._table_lookups = TableLookups(called=metrics.metastore_calls.labels("get_tables").inc)
         # A lock list shared by the batches that start while it is fresh (see lock_view_max_age_ms).
         self._base_view_age_ms = min(config.interval_ms // 4, 1000)
         self._view: LockView | None = None
@@ -1057,7 +1054,9 @@ class CleanupHandler:
             txn_list: str | None = batch.check.transactions().to_string()
         except MetastoreError:
             txn_list = None
-        batch.known.fetch(self._table_lookups.through(self._metastore()), keys, txn_list)
+        metastore = self._metastore()
+        self._metrics.metastore_calls.labels("get_tables").inc()
+        batch.known.fetch(metastore, keys, txn_list)
 
     def _handle_work(self, work: Work, locks: TableLockCheck) -> Outcome:
         event = work.event
