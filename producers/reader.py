@@ -69,7 +69,8 @@ def locked_read(
     info = metastore.get_table(db, table, partition)
     whole = bool(info.partition_keys) and partition is None
     # A partitioned table without partitions is read as its own directory: no rows, in its columns.
-    parts = (_partitions(metastore, db, table) if whole else []) or [info]
+    parts = (_partitions(metastore, info) if whole else []) or [info]
+    by_partition = parts[0] is not info  # the table read whole, partition by partition
     txn_id = metastore.open_txn()
     committed = False
     try:
@@ -85,11 +86,11 @@ def locked_read(
         txns = ValidTxnList.from_string(metastore.valid_txn_list())
         read = [_read_directory(part, snapshot, txns, columns, with_row_id) for part in parts]
         directories = tuple(
-            f"{part.partition}/{name}" if part is not info else name
+            f"{part.partition}/{name}" if by_partition else name
             for part, (names, _) in zip(parts, read, strict=True)
             for name in names
         )
-        if whole and parts[0] is not info and columns is None:  # as SELECT *: the partition columns last
+        if by_partition and columns is None:  # as SELECT *: the partition columns last
             read = [
                 (names, _with_partition_columns(rows, part)) for part, (names, rows) in zip(parts, read, strict=True)
             ]
@@ -104,12 +105,12 @@ def locked_read(
                 metastore.abort_txn(txn_id)
 
 
-def _partitions(metastore: Metastore, db: str, table: str) -> list[TableInfo]:
+def _partitions(metastore: Metastore, table: TableInfo) -> list[TableInfo]:
     """Every partition of the table now, in name order (one dropped meanwhile is not read)."""
     parts = []
-    for name in sorted(metastore.list_partitions(db, table)):
+    for name in sorted(metastore.list_partitions(table.db, table.table)):
         try:
-            parts.append(metastore.get_table(db, table, name))
+            parts.append(metastore.partition_info(table, name))
         except TableNotFoundError:
             continue  # dropped since it was listed: a query planned now would not read it either
     return parts

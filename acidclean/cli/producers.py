@@ -235,7 +235,7 @@ def _vacuum_every_partition(
         click.echo("dry run: nothing written")
     if summary.failed:
         sys.exit(EXIT_FAILED)
-    if summary.nothing_to_do == len(partitions) and not any(o.result for o in outcomes):
+    if all(outcome.skipped is not None for outcome in outcomes):
         raise NothingToCompactError(
             f"nothing to compact in any of the {len(partitions)} partition(s) of {request.table}"
         )
