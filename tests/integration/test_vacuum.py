@@ -176,6 +176,35 @@ def test_a_partitioned_table_without_a_partition_is_vacuumed_one_partition_at_a_
     assert snapshot(metastore, unique_name, days[2]).equals(before[days[2]])
 
 
+@pytest.mark.rule2
+@pytest.mark.metastore  # CI runs these on Hive 3 and 4 too
+def test_a_reader_of_the_whole_table_is_in_the_lock_snapshot_of_every_partitions_vacuum(
+    metastore: HiveMetastore, spark: Any, metastore_uri: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    """A query over every partition started before the vacuums: each partition's cleanup must wait
+    for it, so each partition's event names its lock; what it listed is all still there."""
+    table = new_table(metastore, unique_name, partitioned_by=[("ds", "string")])
+    days = ("ds=2026-02-01", "ds=2026-02-02")
+    for day in days:
+        write(metastore, unique_name, rows=10, commits=2, partition=day)
+    settings = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path)
+    env = {
+        "ACIDCLEAN_METASTORE_URIS": metastore_uri,
+        "ACIDCLEAN_KAFKA_BOOTSTRAP": kafka_bootstrap,
+        "ACIDCLEAN_STATE_DIR": str(tmp_path),
+        "ACIDCLEAN_TOPIC_PREFIX": settings.topic_prefix,
+    }
+    with locked_read(metastore, DB, unique_name) as reader:
+        result = CliRunner().invoke(cli, ["vacuum", table], env=env)
+        assert result.exit_code == 0, result.output
+        for day in days:
+            listed = {name.split("/", 1)[1] for name in reader.directories if name.startswith(f"{day}/")}
+            assert listed and listed <= set(directories(metastore, unique_name, day))
+    events = vacuum_events(settings)
+    assert sorted(event.partition or "" for event in events) == list(days)
+    assert all([lock.lock_id for lock in event.lock_snapshot] == [reader.lock_id] for event in events)
+
+
 @pytest.mark.metastore  # CI runs these on Hive 3 too
 def test_only_ids_below_an_open_transaction_are_compacted(
     metastore: HiveMetastore, settings: Settings, spark: Any, unique_name: str
