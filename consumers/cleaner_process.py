@@ -53,7 +53,7 @@ from acidclean.shared.errors import ConfigurationError, UnsafePathError
 from acidclean.shared.gc_tuning import tune_for_throughput
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.memory_release import MemoryReleaser, keep_large_blocks_out_of_the_heap
-from acidclean.shared.probes import CONSUMER_ONLY_PREFIXES, broker_check, metastore_check
+from acidclean.shared.probes import CONSUMER_ONLY_PREFIXES, broker_check, metastore_check_for
 from acidclean.shared.settings import Settings
 from acidclean.shared.thread_switching import shorten_thread_switches
 
@@ -213,7 +213,7 @@ class CleanerProcess:
         self._releaser: MemoryReleaser | None = None
         self._consumer_given = consumer is not None
         self._broker_check = broker_check(settings.kafka, self.topics.vacuum_committed)
-        metastore = metastore_check(settings.metastore_uris)
+        metastore = metastore_check_for(settings)
         for check in (self._check_running, self._check_group, self._check_broker, metastore):
             self.probes.add_check(check)
 

@@ -52,7 +52,7 @@ from acidclean.shared.errors import BusError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.logs import log
 from acidclean.shared.metastore import Metastore
-from acidclean.shared.probes import Probes, broker_check, metastore_check, serve_http
+from acidclean.shared.probes import Probes, broker_check, metastore_check_for, serve_http
 from acidclean.shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -215,7 +215,7 @@ class VacuumService:
             lambda: None if self.joined.is_set() else f"not in consumer group {self.group_id} yet: no assignment"
         )
         self.probes.add_check(broker_check(settings.kafka, self.topic))
-        self.probes.add_check(metastore_check(settings.metastore_uris))
+        self.probes.add_check(metastore_check_for(settings))
 
     @property
     def http_port(self) -> int | None:

@@ -22,8 +22,12 @@ from urllib.parse import urlsplit
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from thrift.transport.TTransport import TTransportException
 
+from acidclean.shared.errors import MetastoreAuthenticationError, MetastoreError
 from acidclean.shared.metastore import parse_metastore_uris
+from acidclean.shared.metastore_transport import KerberosSettings, kerberos_from_settings, open_transport
+from acidclean.shared.settings import Settings
 
 # A readiness check: None when it passes, else the reason, one line naming what is down and where.
 ReadinessCheck = Callable[[], str | None]
@@ -120,23 +124,38 @@ def serve_http(
 PROBE_TIMEOUT_S = 2.0  # per readiness check; the chart's probe timeoutSeconds leaves room for two
 
 
-def metastore_check(uris: str, timeout_s: float = PROBE_TIMEOUT_S) -> ReadinessCheck:
+def metastore_check(
+    uris: str, timeout_s: float = PROBE_TIMEOUT_S, kerberos: KerberosSettings | None = None
+) -> ReadinessCheck:
     """Ready when any metastore of ``hive.metastore.uris`` accepts a connection (the client fails over
-    between them the same way)."""
+    between them the same way). With ``kerberos`` the connection must also complete the SASL/GSSAPI
+    handshake: a keytab the KDC no longer accepts, a lost ticket or a metastore that refuses our
+    principal leave the port open but every call failing, and readiness must say so."""
 
     def check() -> str | None:
         failures = []
         for host, port in parse_metastore_uris(uris):
             started = time.monotonic()
             try:
-                with socket.create_connection((host, port), timeout=timeout_s):
-                    return None
-            except OSError as error:
+                if kerberos is None:
+                    with socket.create_connection((host, port), timeout=timeout_s):
+                        return None
+                open_transport(host, port, timeout_s, kerberos).close()
+                return None
+            except MetastoreAuthenticationError as refused:
+                return f"metastore refuses our Kerberos login: {refused}"
+            except (OSError, MetastoreError, TTransportException) as error:
                 took = time.monotonic() - started
-                failures.append(f"thrift://{host}:{port} ({error.strerror or error} after {took:.1f} s)")
+                said = error.strerror if isinstance(error, OSError) and error.strerror else error
+                failures.append(f"thrift://{host}:{port} ({said} after {took:.1f} s)")
         return "metastore unreachable: " + ", ".join(failures)
 
     return check
+
+
+def metastore_check_for(settings: Settings, timeout_s: float = PROBE_TIMEOUT_S) -> ReadinessCheck:
+    """:func:`metastore_check` for a service's settings, with their Kerberos identity when SASL is on."""
+    return metastore_check(settings.metastore_uris, timeout_s, kerberos_from_settings(settings))
 
 
 def broker_check(kafka: Mapping[str, str], topic: str, timeout_s: float = PROBE_TIMEOUT_S) -> ReadinessCheck:

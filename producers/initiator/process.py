@@ -79,7 +79,7 @@ from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.logs import log as log_fields
 from acidclean.shared.metastore import TableInfo, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
-from acidclean.shared.probes import Probes, serve_http
+from acidclean.shared.probes import Probes, broker_check, metastore_check_for, serve_http
 from acidclean.shared.settings import Settings
 
 log = logging.getLogger("acidclean.initiator")
@@ -201,8 +201,11 @@ class InitiatorProcess:
                 None if self._joined else f"not in consumer group {self.group_id} yet: no partition assignment received"
             )
         )
+        # The sweep and every request's figures ask the metastore: a refused Kerberos login stops both.
+        self.probes.add_check(metastore_check_for(settings))
         self._http: ThreadingHTTPServer | None = None
         self._topic = {name: settings.topic(name) for name in INITIATOR_TOPICS}
+        self.probes.add_check(broker_check(settings.kafka, self._topic["delta_committed"]))
         self.consumer: Consumer | None = None
         self.tail: Consumer | None = None
         self.bus: KafkaEventBus | None = None

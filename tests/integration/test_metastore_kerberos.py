@@ -32,6 +32,7 @@ from acidclean.shared import metastore_transport
 from acidclean.shared.errors import ConfigurationError, MetastoreAuthenticationError, MetastoreError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, Operation
+from acidclean.shared.probes import metastore_check_for
 from acidclean.shared.settings import Settings, load_settings
 
 pytestmark = pytest.mark.metastore
@@ -297,3 +298,18 @@ def test_the_cleaner_waits_for_a_reader_and_cleans_through_kerberos(
             watcher.close()
     assert len(done.directories_removed) == 3
     assert table.children() == vacuum.new_directories
+
+
+def test_readiness_completes_the_kerberos_handshake_and_names_a_refused_login(
+    kerberized: KerberizedMetastore,
+) -> None:
+    # The port is open either way: only the handshake tells a working login from a refused one.
+    assert metastore_check_for(kerberized.settings())() is None
+    wrong_key = kerberized.settings(metastore_client_principal=kerberized.stranger)  # not in the keytab
+    reason = metastore_check_for(wrong_key)()
+    assert reason is not None
+    assert reason.startswith("metastore refuses our Kerberos login: Kerberos authentication to the Hive Metastore")
+    assert kerberized.stranger in reason
+    assert "\n" not in reason
+    plain = metastore_check_for(kerberized.settings(metastore_sasl_enabled="false"))
+    assert plain() is None  # a plain probe only connects: what the Kerberos one adds is the login
