@@ -8,6 +8,9 @@
 # Exit status is the job's: 0 answered, 1 VacuumFailed, 3 not acknowledged by Kafka (submit again).
 # Usage: vacuum-request-spark-submit.sh REQUEST.json [--config FILE]   (or - to read the JSON on stdin)
 set -euo pipefail
+# Kerberos (a kerberized HDFS or metastore): ACIDCLEAN_KEYTAB and ACIDCLEAN_PRINCIPAL make the driver log in
+# with the keytab (--principal/--keytab): Spark obtains and renews the Hadoop delegation tokens, and YARN
+# hands them to every executor container (HADOOP_TOKEN_FILE_LOCATION), which hdfs-native reads.
 REQUEST_FILE=${1:?usage: vacuum-request-spark-submit.sh REQUEST.json [--config FILE]}
 shift
 REQUEST=$(cat "$REQUEST_FILE")  # passed inline: a cluster-mode driver does not see this host's files
@@ -19,4 +22,5 @@ exec spark-submit \
   --name "acidclean-vacuum $TABLE" \
   --conf spark.executor.instances=4 --conf spark.executor.cores=2 \
   ${ACIDCLEAN_VENV_ARCHIVE:+--archives "$ACIDCLEAN_VENV_ARCHIVE#venv" --conf spark.pyspark.python=./venv/bin/python} \
+  ${ACIDCLEAN_KEYTAB:+--principal "${ACIDCLEAN_PRINCIPAL:?ACIDCLEAN_KEYTAB needs ACIDCLEAN_PRINCIPAL}" --keytab "$ACIDCLEAN_KEYTAB"} \
   "$ENTRY" vacuum-request "$REQUEST" "$@"

@@ -14,6 +14,7 @@ be where the Deployment mounts them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -29,8 +30,8 @@ from acidclean.cli.initiator import initiator as initiator_command
 from acidclean.cli.vacuum_service import vacuum_service as vacuum_service_command
 from acidclean.consumers.cleaner_process import CLEANER_TOPICS, cleaner_group_id
 from acidclean.consumers.metrics import CleanerMetrics
-from acidclean.producers.initiator.process import INITIATOR_TOPICS, initiator_group_id
-from acidclean.producers.vacuum_service import SERVICE_TOPICS, service_group_id
+from acidclean.producers.initiator.process import INITIATOR_TOPICS, InitiatorMetrics, initiator_group_id
+from acidclean.producers.vacuum_service import SERVICE_TOPICS, VacuumServiceMetrics, service_group_id
 from acidclean.shared.metastore_transport import kerberos_from_settings
 from acidclean.shared.settings import ENV_PREFIX, TopicNames, load_settings
 
@@ -81,6 +82,11 @@ def render(*sets: str, values: dict[str, Any] | None = None) -> list[dict[str, A
 
 def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [doc for doc in docs if doc["kind"] == kind]
+
+
+def config_maps(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ConfigMaps the components mount (all but the Grafana dashboard's)."""
+    return [doc for doc in of_kind(docs, "ConfigMap") if not doc["metadata"]["name"].endswith("-dashboard")]
 
 
 VARIANTS = {
@@ -180,7 +186,7 @@ def test_keda_never_scales_past_the_topic_partitions() -> None:
 
 def test_the_crds_name_the_group_topics_and_prefixes_the_cleaner_uses(tmp_path: Path) -> None:
     docs = render("tenant=acme")
-    (config_map,) = of_kind(docs, "ConfigMap")
+    (config_map,) = config_maps(docs)
     properties = tmp_path / "acidclean.properties"
     properties.write_text(config_map["data"]["acidclean.properties"])
     settings = load_settings(config_file=properties, environ={})
@@ -217,19 +223,150 @@ def test_the_crds_name_the_group_topics_and_prefixes_the_cleaner_uses(tmp_path: 
     assert not any(allowed("topic", other.topic(name)) for name in TopicNames.model_fields)
 
 
-def test_the_alerts_use_metrics_the_cleaner_exports() -> None:
-    (rule,) = of_kind(render(), "PrometheusRule")
+def exported_metrics() -> set[str]:
+    """Every series name the cleaner, the initiator and the vacuum service export (counters carry
+    prometheus_client's _total suffix, histograms their _bucket, _sum and _count)."""
     suffixes = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
-    exported = {
+    registries = (CleanerMetrics().registry, InitiatorMetrics().registry, VacuumServiceMetrics().registry)
+    return {
         family.name + suffix
-        for family in CleanerMetrics().registry.collect()
+        for registry in registries
+        for family in registry.collect()
         for suffix in suffixes.get(family.type, ("",))
     }
+
+
+def test_the_alerts_use_metrics_the_components_export() -> None:
+    (rule,) = of_kind(render(values=COMPONENTS), "PrometheusRule")
+    exported = exported_metrics()
     alerts = {r["alert"]: r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]}
     assert {"AcidcleanStuckCleanups", "AcidcleanOldestPendingVacuum", "AcidcleanDeadLetters"} <= set(alerts)
+    assert {"AcidcleanInitiatorLagging", "AcidcleanVacuumsFailing", "AcidcleanVacuumQueue"} <= set(alerts)
     for name, expression in alerts.items():
-        used = set(re.findall(r"\bacidclean_cleaner_[a-z_]+", expression))
+        used = set(re.findall(r"\bacidclean_[a-z_]+", expression))
         assert used and used <= exported, (name, used - exported)
+    # Each group selects its own component's metrics Service.
+    services = {doc["metadata"]["name"] for doc in of_kind(render(values=COMPONENTS), "Service")}
+    for group in rule["spec"]["groups"]:
+        for alert in group["rules"]:
+            (service,) = re.findall(r'service="([^"]+)"', alert["expr"])
+            assert service in services, (alert["alert"], service)
+
+
+def test_the_dashboard_queries_only_metrics_the_components_export() -> None:
+    docs = render("tenant=acme", values=COMPONENTS)
+    (config_map,) = [doc for doc in of_kind(docs, "ConfigMap") if doc["metadata"]["name"].endswith("-dashboard")]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"  # what the Grafana sidecar loads
+    (document,) = config_map["data"].values()
+    dashboard = json.loads(document)
+    assert dashboard["uid"] == "acidclean-acme" and "__" not in document  # every placeholder replaced
+    exported = exported_metrics()
+    services = {doc["metadata"]["name"] for doc in of_kind(docs, "Service")}
+    used_by_all: set[str] = set()
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            used = set(re.findall(r"\bacidclean_[a-z_]+", target["expr"]))
+            assert used and used <= exported, (panel["title"], used - exported)
+            used_by_all |= used
+            (pattern,) = re.findall(r'service=~"([^"]+)"', target["expr"])
+            assert {name for name in services if re.fullmatch(pattern, name)} == services, (panel["title"], pattern)
+    # What an operator looks at first: cleanups and bytes freed, parked vacuums, lateness, the oldest
+    # waiting vacuum, dead letters, and the backlog of each component.
+    wanted = {
+        "acidclean_cleaner_events_total",
+        "acidclean_cleaner_deleted_bytes_total",
+        "acidclean_cleaner_requeues_total",
+        "acidclean_cleaner_lateness_seconds_bucket",
+        "acidclean_cleaner_oldest_pending_seconds",
+        "acidclean_cleaner_dead_letters_total",
+        "acidclean_initiator_lag",
+        "acidclean_vacuum_service_queued",
+    }
+    assert wanted <= used_by_all, wanted - used_by_all
+    assert not of_kind(render("monitoring.dashboard.enabled=false"), "ConfigMap")[1:]
+
+
+def test_every_component_has_its_metrics_service_and_service_monitor() -> None:
+    docs = render(values=COMPONENTS)
+    services = {doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc for doc in of_kind(docs, "Service")}
+    monitors = {
+        doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc for doc in of_kind(docs, "ServiceMonitor")
+    }
+    by_component = deployments(docs)
+    assert set(services) == set(monitors) == set(by_component) == {"cleaner", "initiator", "vacuum-service"}
+    for component, deployment in by_component.items():
+        service, monitor = services[component], monitors[component]
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= pod_labels.items(), component
+        others = [d for c, d in by_component.items() if c != component]
+        assert not any(
+            service["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items() for d in others
+        ), f"the {component} metrics Service selects another component's pods"
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        (port,) = service["spec"]["ports"]
+        assert port["name"] == monitor["spec"]["endpoints"][0]["port"] == "metrics"
+        assert {"name": "metrics", "containerPort": port["port"], "protocol": "TCP"} in container["ports"]
+
+
+AUTOSCALED: dict[str, Any] = {
+    "initiator": {"enabled": True, "autoscaling": {"enabled": True}},
+    "vacuumService": {"enabled": True, "master": "yarn", "autoscaling": {"enabled": True}},
+}
+
+
+def test_keda_scales_the_initiator_and_vacuum_service_on_their_own_groups_and_topics(tmp_path: Path) -> None:
+    docs = render("tenant=acme", values=AUTOSCALED)
+    settings = load_settings(config_file=config_map_properties_of(docs, tmp_path), environ={})
+    by_component = deployments(docs)
+    scaled = by_component_label(of_kind(docs, "ScaledObject"))
+    assert set(scaled) == {"cleaner", "initiator", "vacuum-service"}
+    expected = {
+        "cleaner": (cleaner_group_id(settings), settings.topic("vacuum_committed")),
+        "initiator": (initiator_group_id(settings), settings.topic("delta_committed")),
+        "vacuum-service": (service_group_id(settings), settings.topic("vacuum_requests")),
+    }
+    for component, (group, topic) in expected.items():
+        (trigger,) = scaled[component]["spec"]["triggers"]
+        assert (trigger["metadata"]["consumerGroup"], trigger["metadata"]["topic"]) == (group, topic), component
+        assert scaled[component]["spec"]["scaleTargetRef"]["name"] == by_component[component]["metadata"]["name"]
+        assert "replicas" not in by_component[component]["spec"], f"KEDA owns the {component}'s replica count"
+    fixed = deployments(render(values=COMPONENTS))
+    assert fixed["initiator"]["spec"]["replicas"] == 1 and fixed["vacuum-service"]["spec"]["replicas"] == 1
+    too_many = {**AUTOSCALED, "initiator": {"enabled": True, "autoscaling": {"enabled": True, "maxReplicas": 7}}}
+    result = helm_with_values(too_many, "template", "t", str(CHART), "--kube-version", KUBERNETES)
+    assert result.returncode != 0
+    assert "initiator: autoscaling.maxReplicas (7) exceeds kafka.partitions (6)" in result.stderr
+
+
+def test_with_kerberos_on_kubernetes_the_vacuum_executors_mount_the_keytab_too(tmp_path: Path) -> None:
+    values = {**KERBEROS, "initiator": {"enabled": True}}
+    values["vacuumService"] = {"enabled": True, "master": "k8s://https://kubernetes.default.svc"}
+    docs = render(values=values)
+    validate_core(docs)
+    vacuum = deployments(docs)["vacuum-service"]["spec"]["template"]["spec"]
+    (container,) = vacuum["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    (config_mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
+    assert env["SPARK_CONF_DIR"] == config_mount["mountPath"]  # spark-defaults.conf comes from the ConfigMap
+    (config_map,) = [d for d in config_maps(docs) if "acidclean.properties" in d["data"]]
+    spark = dict(line.split(" ", 1) for line in config_map["data"]["spark-defaults.conf"].splitlines())
+    driver_keytab, _ = mounted_file(vacuum, container, spark["spark.kerberos.keytab"])
+    assert spark["spark.kerberos.principal"] == KERBEROS["kerberos"]["clientPrincipal"]
+    template_path = spark["spark.kubernetes.executor.podTemplateFile"]
+    assert template_path.startswith(config_mount["mountPath"] + "/")
+    executor_pod = yaml.safe_load(config_map["data"][template_path.rsplit("/", 1)[1]])
+    kubernetes_validate.validate(executor_pod, KUBERNETES, strict=True)
+    (executor,) = executor_pod["spec"]["containers"]
+    executor_env = {e["name"]: e["value"] for e in executor["env"]}
+    keytab, _ = mounted_file(executor_pod["spec"], executor, executor_env["KRB5_CLIENT_KTNAME"])
+    assert keytab["secret"] == driver_keytab["secret"]  # the same Secret and key as the driver's
+    krb5, _ = mounted_file(executor_pod["spec"], executor, executor_env["KRB5_CONFIG"])
+    assert krb5["configMap"]["name"] == mounted_file(vacuum, container, env["KRB5_CONFIG"])[0]["configMap"]["name"]
+    # Without a Kubernetes master (local[*] in the pod, or YARN) there are no executor pods to dress.
+    plain = render(values={**KERBEROS, **COMPONENTS})
+    assert all("spark-defaults.conf" not in d["data"] for d in config_maps(plain))
 
 
 def test_the_service_monitor_scrapes_the_metrics_service_port() -> None:
@@ -291,7 +428,7 @@ def test_kerberos_mounts_the_keytab_and_krb5_conf_the_settings_name(values: dict
     if "existingConfigMap" in kerberos["krb5Conf"]:
         assert volume["configMap"]["name"] == kerberos["krb5Conf"]["existingConfigMap"]
         assert key == kerberos["krb5Conf"]["key"]
-        assert len(of_kind(docs, "ConfigMap")) == 1
+        assert len(config_maps(docs)) == 1
     else:
         (krb5,) = [doc for doc in of_kind(docs, "ConfigMap") if doc["metadata"]["name"] == volume["configMap"]["name"]]
         assert krb5["data"][key] == KRB5_CONF
@@ -315,7 +452,7 @@ def test_kerberos_is_off_by_default_and_renders_nothing_then(tmp_path: Path) -> 
     (container,) = pod["containers"]
     assert "KRB5_CONFIG" not in {e["name"] for e in container["env"]}
     assert {v["name"] for v in pod["volumes"]} == {"config", "tmp"}
-    assert len(of_kind(docs, "ConfigMap")) == 1
+    assert len(config_maps(docs)) == 1
 
 
 REFUSED = {
@@ -349,8 +486,12 @@ def test_kerberos_settings_in_config_are_refused_for_kerberos_values() -> None:
 COMPONENTS: dict[str, Any] = {"initiator": {"enabled": True}, "vacuumService": {"enabled": True, "master": "yarn"}}
 
 
+def by_component_label(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc for doc in docs}
+
+
 def deployments(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc for doc in of_kind(docs, "Deployment")}
+    return by_component_label(of_kind(docs, "Deployment"))
 
 
 def parsed(command: click.Command, args: list[str], properties: Path) -> click.Context:
@@ -446,7 +587,7 @@ def cleaner_selector(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def config_map_properties_of(docs: list[dict[str, Any]], directory: Path) -> Path:
-    (config_map,) = of_kind(docs, "ConfigMap")
+    (config_map,) = config_maps(docs)
     properties = directory / "acidclean.properties"
     properties.write_text(config_map["data"]["acidclean.properties"])
     return properties

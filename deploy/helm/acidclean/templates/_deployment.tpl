@@ -70,6 +70,12 @@ spec:
             {{- if $root.Values.kerberos.enabled }}
             - name: KRB5_CONFIG  # the realm's krb5.conf, for gssapi (MIT Kerberos)
               value: {{ include "acidclean.krb5Path" $root }}
+            - name: KRB5_CLIENT_KTNAME  # MIT Kerberos logs in from it by itself (the storage clients)
+              value: {{ include "acidclean.keytabPath" $root }}
+            {{- end }}
+            {{- if and (eq .component "vacuum-service") (include "acidclean.sparkKerberos" $root) }}
+            - name: SPARK_CONF_DIR  # spark-defaults.conf of the ConfigMap: the keytab for the executors
+              value: /etc/acidclean
             {{- end }}
           ports:
             - {name: metrics, containerPort: {{ .metricsPort }}, protocol: TCP}

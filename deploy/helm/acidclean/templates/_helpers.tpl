@@ -35,6 +35,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "acidclean.initiatorGroup" -}}{{ .Values.initiator.groupId }}.{{ .Values.tenant }}{{- end -}}
 {{- define "acidclean.vacuumServiceGroup" -}}{{ .Values.vacuumService.groupId }}.{{ .Values.tenant }}{{- end -}}
 {{- define "acidclean.vacuumTopic" -}}{{ include "acidclean.topicPrefix" . }}acid.vacuum.committed{{- end -}}
+{{- define "acidclean.deltaTopic" -}}{{ include "acidclean.topicPrefix" . }}acid.delta.committed{{- end -}}
+{{- define "acidclean.requestsTopic" -}}{{ include "acidclean.topicPrefix" . }}acid.vacuum.requests{{- end -}}
+{{- define "acidclean.initiatorName" -}}{{ printf "%s-initiator" (include "acidclean.fullname" . | trunc 53 | trimSuffix "-") }}{{- end -}}
+{{- define "acidclean.vacuumServiceName" -}}{{ printf "%s-vacuum-service" (include "acidclean.fullname" . | trunc 48 | trimSuffix "-") }}{{- end -}}
+
+{{/* The running components, each as a dict: component, name (its Deployment), port (metrics), group,
+     topic (the one whose lag says how much work waits), autoscaling (its values) and its alert prefix. */}}
+{{- define "acidclean.components" -}}
+{{- $list := list (dict "component" "cleaner" "name" (include "acidclean.fullname" .) "port" .Values.cleaner.metricsPort "group" (include "acidclean.group" .) "topic" (include "acidclean.vacuumTopic" .) "autoscaling" .Values.autoscaling) -}}
+{{- if .Values.initiator.enabled -}}
+{{- $list = append $list (dict "component" "initiator" "name" (include "acidclean.initiatorName" .) "port" .Values.initiator.metricsPort "group" (include "acidclean.initiatorGroup" .) "topic" (include "acidclean.deltaTopic" .) "autoscaling" .Values.initiator.autoscaling) -}}
+{{- end -}}
+{{- if .Values.vacuumService.enabled -}}
+{{- $list = append $list (dict "component" "vacuum-service" "name" (include "acidclean.vacuumServiceName" .) "port" .Values.vacuumService.metricsPort "group" (include "acidclean.vacuumServiceGroup" .) "topic" (include "acidclean.requestsTopic" .) "autoscaling" .Values.vacuumService.autoscaling) -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end -}}
 {{- define "acidclean.kafkaUser" -}}{{ printf "acidclean-%s" .Values.tenant | trunc 63 | trimSuffix "-" }}{{- end -}}
 
 {{- define "acidclean.credentialsSecret" -}}
@@ -83,4 +100,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- fail "kerberos.krb5Conf.key: the key of krb5.conf in kerberos.krb5Conf.existingConfigMap" -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* Spark on Kubernetes with Kerberos (vacuumService.master k8s://... and kerberos.enabled): the vacuum's
+     executors read and write the table's files from their own pods, so they need the keytab too. */}}
+{{- define "acidclean.sparkKerberos" -}}
+{{- if and .Values.vacuumService.enabled .Values.kerberos.enabled (hasPrefix "k8s://" .Values.vacuumService.master) -}}true{{- end -}}
 {{- end -}}
