@@ -34,7 +34,7 @@ from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, Operation
 from acidclean.shared.settings import Settings, load_settings
 
-pytestmark = pytest.mark.metastore
+pytestmark = [pytest.mark.integration, pytest.mark.metastore]
 
 REALM = "ACIDCLEAN.TEST"
 
