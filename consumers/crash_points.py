@@ -1,4 +1,4 @@
-"""Where the tests of DESIGN.md section 7, rule 5 stop a cleaner as abruptly as a power cut.
+"""Where the tests of docs/design.md section 7, rule 5 stop a cleaner as abruptly as a power cut.
 
 The handler tells a :class:`CrashPoints` collaborator each step it reaches; in production that is
 :class:`NoCrashes`, which does nothing, so the delete path is the same with and without a test.

@@ -164,7 +164,7 @@ def _last_written_s(fs: pafs.FileSystem, staging_dir: str) -> float:
 def remove_abandoned_staging(
     fs: pafs.FileSystem, location: str, older_than_s: float, now_s: float | None = None
 ) -> list[str]:
-    """Remove staging directories of vacuums that died while writing (DESIGN.md section 7, rule 6).
+    """Remove staging directories of vacuums that died while writing (docs/design.md section 7, rule 6).
 
     Only this module's own ``_tmp_acidclean_`` directories without a commit marker qualify, and only
     once nothing in them changed for ``older_than_s``: a younger one may belong to a vacuum still

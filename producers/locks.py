@@ -1,6 +1,6 @@
 """Metastore locks as the producers use them: wait for a requested lock, snapshot the held ones.
 
-The vacuum snapshots the locks on the table or partition right after its rename (DESIGN.md section
+The vacuum snapshots the locks on the table or partition right after its rename (docs/design.md section
 7, rule 2): every reader that may still use the old directories holds one of them, because readers
 lock before they list. For a partition, table-level locks count too: a reader of the whole table
 may be reading this partition. Partition names are compared as Hive names partitions, not as

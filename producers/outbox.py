@@ -1,4 +1,4 @@
-"""A durable outbox for ``VacuumCommitted`` events (DESIGN.md section 7, rule 6).
+"""A durable outbox for ``VacuumCommitted`` events (docs/design.md section 7, rule 6).
 
 A committed vacuum whose event is not acknowledged by Kafka must be published later, not lost. The
 vacuum therefore writes its event *draft* here before it renames anything, completes it with the

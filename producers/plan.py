@@ -243,7 +243,7 @@ def _claims(
 ) -> tuple[str, ...]:
     """What this vacuum's commit supersedes: the directories its own output covers (not what an
     earlier compaction, say Hive's own, made obsolete: that one's cleanup owns it), plus aborted
-    directories, which no reader uses. Only ids at or below the highest write id (DESIGN.md section 7,
+    directories, which no reader uses. Only ids at or below the highest write id (docs/design.md section 7,
     rule 3); ACID directories only (original files stay where they are)."""
     candidates = sorted(
         name for name in {*after.obsolete, *after.aborted} if _is_acid_directory(name) and _at_or_below(name, highest)
@@ -263,7 +263,7 @@ def _is_acid_directory(name: str) -> bool:
 
 def _at_or_below(name: str, highest: int) -> bool:
     """Only directories whose ids are all at or below the vacuum's highest write id may be claimed
-    obsolete (DESIGN.md section 7, rule 3); original files count as id 0."""
+    obsolete (docs/design.md section 7, rule 3); original files count as id 0."""
     parsed = parse_directory_name(name)
     return parsed is None or parsed.max_write_id <= highest
 

@@ -2,7 +2,7 @@
 
 It opens a transaction, takes a SHARED_READ lock (operation SELECT) on the table or partition and
 waits until the lock is granted; only then does it take its snapshot, list the directory and read
-(DESIGN.md section 7, rule 2). So it is either in a vacuum's lock snapshot, or it listed after the
+(docs/design.md section 7, rule 2). So it is either in a vacuum's lock snapshot, or it listed after the
 vacuum's rename and reads the new directory. The lock is held, with heartbeats, until the context
 ends; committing the transaction releases it.
 """

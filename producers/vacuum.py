@@ -1,6 +1,6 @@
 """The vacuum job: compact one Hive ACID table or partition on Spark, commit, snapshot locks, publish.
 
-Steps (DESIGN.md sections 2 and 7):
+Steps (docs/design.md sections 2 and 7):
 
 1. publish what earlier runs left in the outbox, and finish any commit a crash interrupted;
 2. look the table or partition up in the metastore and refuse, saying why, anything that is not a
@@ -428,7 +428,7 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
     ``base_N_vT`` / ``delta_X_Y_vT``, which every reader skips while T is open, then commit T.
 
     A failure before the commit aborts T: what was written is an aborted ``_vT`` directory that no
-    reader uses and that the next vacuum claims, so its cleanup removes it (DESIGN.md rule 6). A vacuum
+    reader uses and that the next vacuum claims, so its cleanup removes it (docs/design.md section 7, rule 6). A vacuum
     killed before its commit leaves T open; the metastore's housekeeping aborts it once its heartbeats
     stop (``hive.txn.timeout``). The lock snapshot is taken after T commits (rule 2, docs/safety.md)."""
     settings, metastore, progress = job.settings, job.metastore, job.progress

@@ -1,4 +1,4 @@
-"""Fields and rules shared by every acidclean event (DESIGN.md section 5).
+"""Fields and rules shared by every acidclean event (docs/design.md section 5).
 
 Every event carries ``schema_version``, a unique ``event_id``, ``tenant``, ``table`` (``db.table``),
 ``partition`` (``k=v/k2=v2`` or null), ``occurred_at`` (UTC), ``causation_id`` (the event it follows

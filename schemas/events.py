@@ -1,4 +1,4 @@
-"""The events of acidclean (DESIGN.md section 5), one pydantic model each.
+"""The events of acidclean (docs/design.md section 5), one pydantic model each.
 
 ``VacuumCommitted`` is published by the vacuum job; the cleaner answers with a ``DelayEnvelope``
 (locks still held, check again later), a ``CleanupDone`` or a ``CleanupRejected`` (dead letter),
@@ -369,7 +369,7 @@ RejectionCode = Literal[
     "unknown_event_type",  # missing or unknown ce_type / ce_specversion
     "key_mismatch",  # the record key disagrees with the body's tenant/table/partition
     "header_mismatch",  # a ce_ or correlation header disagrees with the body
-    "unsafe_path",  # DESIGN.md section 7 rule 4
+    "unsafe_path",  # docs/design.md section 7 rule 4
     "other_tenant",
     "unknown_table",
     "not_obsolete",  # a claimed directory the rules do not call obsolete (rule 3)

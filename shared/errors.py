@@ -44,7 +44,7 @@ class AcidLayoutError(AcidCleanError):
 
 
 class UnsafePathError(AcidCleanError):
-    """A path the cleaner was asked to delete fails the safety rules (DESIGN.md section 7, rule 4)."""
+    """A path the cleaner was asked to delete fails the safety rules (docs/design.md section 7, rule 4)."""
 
 
 class NotEnoughHistoryError(AcidLayoutError):

@@ -1,4 +1,4 @@
-"""One settings object for every acidclean process (DESIGN.md section 8).
+"""One settings object for every acidclean process (docs/design.md section 8).
 
 Values are read, lowest precedence first, from the defaults below, then a config file (Java
 ``.properties`` as used by Hive and openLooKeng catalogs, read as Java reads them, or ``.json``), then

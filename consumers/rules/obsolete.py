@@ -1,4 +1,4 @@
-"""Rule 3 (DESIGN.md section 7): only directories that this vacuum's own commit made obsolete are
+"""Rule 3 (docs/design.md section 7): only directories that this vacuum's own commit made obsolete are
 deleted: its claimed list, each checked by :func:`acidclean.shared.acid.claims.verify_claims`
 (superseded by this vacuum's new directories, still obsolete in the current listing, with a cleaner
 id list capped at the vacuum's highest write id and the metastore's transaction list). Never the new

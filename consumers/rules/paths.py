@@ -1,4 +1,4 @@
-"""Rule 4 (DESIGN.md section 7): what may be deleted is a direct child of the table's location, named
+"""Rule 4 (docs/design.md section 7): what may be deleted is a direct child of the table's location, named
 by the ACID grammar, not a symbolic link, under the tenant's allowed roots and not under another
 tenant's; ``..`` anywhere is refused outright, percent-encoded or not, and on HDFS and object stores
 so are ``.`` and empty path segments. Roots and locations compare scheme (``s3a`` is ``s3``),

@@ -1,7 +1,7 @@
 """readyToClean: has every reader that held a lock when the vacuum committed finished?
 
 A vacuum's event carries the locks the metastore listed right after the new directory was committed
-(the lock snapshot). Readers lock before they list (DESIGN.md section 7, rule 2), so a reader that is
+(the lock snapshot). Readers lock before they list (docs/design.md section 7, rule 2), so a reader that is
 not in the snapshot listed after the rename and reads the new directory: only snapshot locks matter,
 and a reader that locked after the vacuum (and after the clock margin) never delays the cleanup. A
 snapshot lock counts as held as long as ``show_locks`` lists its id, in any state (ACQUIRED,

@@ -1,4 +1,4 @@
-"""Which directories one vacuum's own commit made obsolete: DESIGN.md section 7, rule 3, as ACID rules.
+"""Which directories one vacuum's own commit made obsolete: docs/design.md section 7, rule 3, as ACID rules.
 
 A vacuum claims the directories its commit superseded. The cleaner deletes a claimed directory only
 if the claim holds on two counts:

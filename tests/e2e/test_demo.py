@@ -15,6 +15,8 @@ from acidclean.deploy.local.demo import DemoOptions, DemoStack, run_demo
 from acidclean.deploy.local.metastore import start_metastore
 from acidclean.deploy.local.process import stop_process
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def own_metastore(tmp_path: Path) -> Iterator[str]:

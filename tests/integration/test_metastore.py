@@ -9,7 +9,7 @@ from acidclean.shared.errors import MetastoreError, TableNotFoundError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, LockType, MetastoreKind, Operation
 
-pytestmark = pytest.mark.metastore
+pytestmark = [pytest.mark.integration, pytest.mark.metastore]
 
 
 @pytest.fixture

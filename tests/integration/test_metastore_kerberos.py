@@ -35,7 +35,7 @@ from acidclean.shared.metastore import LockRequestComponent, Operation
 from acidclean.shared.probes import metastore_check_for
 from acidclean.shared.settings import Settings, load_settings
 
-pytestmark = pytest.mark.metastore
+pytestmark = [pytest.mark.integration, pytest.mark.metastore]
 
 REALM = "ACIDCLEAN.TEST"
 

@@ -1,4 +1,4 @@
-"""The lock-holding reader on the real metastore: it locks first and lists second (DESIGN.md 7, rule 2)."""
+"""The lock-holding reader on the real metastore: it locks first and lists second (docs/design.md section 7, rule 2)."""
 
 from __future__ import annotations
 

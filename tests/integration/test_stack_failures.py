@@ -15,6 +15,8 @@ from acidclean.deploy.local.process import java_executable, start_service
 from acidclean.deploy.local.stack import read_state, stack_down, stack_up
 from acidclean.shared.errors import StackError
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def taken_port() -> Iterator[int]:

@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.orc as orc
+import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+pytestmark = pytest.mark.integration
 
 
 def test_kafka_round_trip_keeps_key_headers_and_value(kafka_bootstrap: str) -> None:

@@ -1,4 +1,4 @@
-"""The four worked layouts of seed 000 (DESIGN.md section 6): exactly the seed's obsolete lists.
+"""The four worked layouts of seed 000 (docs/design.md section 6): exactly the seed's obsolete lists.
 
 Each directory holds what the seed's listing shows: an ``_orc_acid_version`` side file and one bucket
 file. The cleaner's snapshot is capped at the vacuum's highest write id, as in Hive's cleaner.

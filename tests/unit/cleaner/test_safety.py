@@ -1,4 +1,4 @@
-"""Rules 3 and 4 of DESIGN.md section 7: what the cleaner may delete, tried from every side."""
+"""Rules 3 and 4 of docs/design.md section 7: what the cleaner may delete, tried from every side."""
 
 from __future__ import annotations
 

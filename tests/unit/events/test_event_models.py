@@ -1,4 +1,4 @@
-"""The event models refuse what the contract (DESIGN.md section 5) does not allow."""
+"""The event models refuse what the contract (docs/design.md section 5) does not allow."""
 
 from __future__ import annotations
 
