@@ -2,8 +2,13 @@
 
 A vacuum's event carries the locks the metastore listed right after the new directory was committed
 (the lock snapshot). Readers lock before they list (docs/design.md section 7, rule 2), so a reader that is
-not in the snapshot listed after the rename and reads the new directory: only snapshot locks matter,
-and a reader that locked after the vacuum (and after the clock margin) never delays the cleanup. A
+not in the snapshot listed after the rename. It reads the new directory if its snapshot can: a new
+delta always (an old snapshot reads it row by row), a new base or ``_vT`` directory only if its
+transaction snapshot is newer than what the vacuum compacted. Hive's Driver takes that snapshot when
+it compiles and locks afterwards, and a query that only reads never takes it again (docs/safety.md,
+"Readers whose snapshot is older than their lock"), so for a base or ``_vT`` output the transactions
+open at the commit are waited for too (:func:`older_snapshots_skip_output`). Otherwise a reader that
+locked after the vacuum (and after the clock margin) never delays the cleanup. A
 snapshot lock counts as held as long as ``show_locks`` lists its id, in any state (ACQUIRED,
 WAITING...). Lock ids are global in a metastore and never reused, so matching on the id alone is
 exact.
@@ -81,11 +86,13 @@ def open_transactions_before(
     and hold no SHARED_READ lock anywhere (``all_locks``: an unfiltered show_locks). An event without
     ``next_txn_id`` (from an older vacuum) has only its lock snapshot to go by.
 
-    A vacuum committed through a transaction (``visibility_commit``: its new directories are ``_vT``)
-    waits for every one of them, read locks or not, as Hive 4's Cleaner does: a reader that took its
-    transaction snapshot before T committed skips the ``_vT`` output and reads the old directories, even
-    when it locks this table only after the lock snapshot. A renamed directory is read by whoever lists
-    after the rename, whatever its snapshot, so there the locks alone decide."""
+    ``visibility_commit`` waits for every one of them, read locks or not, as Hive 4's Cleaner does; pass
+    :func:`older_snapshots_skip_output` of the vacuum's new directories. A reader that took its
+    transaction snapshot before the vacuum's output became usable to it (T committed for ``_vT``; every
+    write id up to N committed for a renamed ``base_N``) skips that output and reads the old
+    directories, even when it locks this table only after the lock snapshot: Hive's Driver does exactly
+    that for every query that only reads. Only a renamed delta is read by whoever lists after the
+    rename, whatever its snapshot; there the locks alone decide."""
     if next_txn_id is None:
         return ()
     locking_readers = (
@@ -94,6 +101,26 @@ def open_transactions_before(
         else {lock.txn_id for lock in all_locks if lock.lock_type == "SHARED_READ" and lock.txn_id}
     )
     return tuple(sorted(txn for txn in open_txn_ids if txn < next_txn_id and txn not in locking_readers))
+
+
+def older_snapshots_skip_output(new_directories: Iterable[str]) -> bool:
+    """True when a reader whose transaction snapshot predates the vacuum can list after the commit and
+    still not read its output, so the cleanup must wait for every transaction open at the commit
+    (:func:`open_transactions_before` with ``visibility_commit``), read locks or not.
+
+    That is a ``_vT`` directory (T is not committed in such a snapshot) and a base: ``base_N`` is valid
+    only for a snapshot in which every write id up to N is resolved (Hive's ``isValidBase``), and a
+    snapshot taken before the last of them committed skips it and reads the deltas the base replaced.
+    A delta is read by any snapshot that lists it, row by row (a range is valid for SOME ids), so a
+    renamed minor vacuum needs no such wait. A name that does not parse counts, so in doubt it waits."""
+    for name in new_directories:
+        try:
+            parsed = parse_directory_name(name)
+        except AcidLayoutError:
+            return True
+        if parsed is None or parsed.is_base or parsed.visibility_txn_id:
+            return True
+    return False
 
 
 def committed_through_transaction(new_directories: Iterable[str]) -> bool:

@@ -167,7 +167,11 @@ class _StateBuilder:
         if self.valid_ids.hive2_base_rules:
             return self.valid_ids.is_valid_base(write_id)
         min_open = self.valid_ids.min_open_write_id
-        if min_open is not None and write_id <= min_open:
+        # HIVE-29601: the "at or below the min open id" shortcut holds only at or below the watermark.
+        # A min open id can lie above it (a cleaner's list capped at the vacuum's highest write id, or
+        # a list whose watermark came from NEXT_WRITE_ID); unbounded, a later vacuum's base, or an
+        # aborted insert overwrite's, became the best base and everything below it obsolete.
+        if min_open is not None and write_id <= min_open and write_id <= self.valid_ids.high_watermark:
             return True
         if compacted:
             return self.valid_ids.is_valid_base(write_id)

@@ -85,6 +85,16 @@ def test_cleaner_flag_leaves_ranges_above_the_watermark_alone(tmp_path: Path) ->
     assert cleaner["obsolete"] == [] and cleaner["deltas"] == []
 
 
+def test_cleaner_flag_with_an_open_id_above_the_watermark_keeps_later_bases(tmp_path: Path) -> None:
+    # HIVE-29601 through the CLI: Hive's list as it is (min open write id 10) capped at the first
+    # vacuum's watermark 3; only that vacuum's deltas are obsolete, not base_3 and deltas 4..9.
+    deltas = [f"delta_{i:07d}_{i:07d}" for i in range(1, 11)]
+    make_dirs(tmp_path, "base_0000003_v0000004", "base_0000006_v0000008", "base_0000009_v0000012", *deltas)
+    out = run("acid-state", str(tmp_path), "--high-watermark", "3", "--open", "10", "--cleaner")
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["obsolete"] == deltas[:3]
+
+
 def test_valid_txns_flag_hides_an_open_compaction(tmp_path: Path) -> None:
     make_dirs(tmp_path, "delta_1_1_0", "delta_2_2_0", "delta_1_2_v10")
     out = json.loads(run("acid-state", str(tmp_path), "--valid-txns", "10:10:10:").output)
