@@ -13,6 +13,9 @@ open at the commit, as a ``_vT`` output already does.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import initialize, precondition, rule
 
 from acidclean.consumers.rules import readiness
 from acidclean.consumers.rules.readiness import older_snapshots_skip_output, open_transactions_before
@@ -131,3 +134,57 @@ def test_the_call_site_change_keeps_what_the_select_reads_until_it_ends(monkeypa
     history.end_reader(_Draws())  # type: ignore[arg-type]
     assert history.world.rig.handle(outcome.event).kind == "cleaned"
     assert base_name(2) not in history.world.rig.fs.children(LOCATION)
+
+
+class HiveSelectHistoriesWithTheCallSiteChange(CleanerHistories):
+    """The cleaner histories of test_histories_never_lose_a_reader with Hive's reader as Hive's code
+    runs it (a read-only query keeps its compile-time snapshot after it locks), against the cleanup
+    handler with the call-site change applied for the length of each history."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import acidclean.consumers.handler as handler
+
+        self._handler_module = handler
+        self._saved_rule = handler.committed_through_transaction
+        handler.committed_through_transaction = readiness.older_snapshots_skip_output  # type: ignore[assignment]
+
+    def teardown(self) -> None:
+        self._handler_module.committed_through_transaction = self._saved_rule  # type: ignore[assignment]
+        super().teardown()
+
+    @initialize(count=st.integers(2, 6))
+    def committed_history(self, count: int) -> None:
+        """Committed deltas, then a major vacuum, cleaned: a base that older snapshots can still use."""
+        super().committed_history(count)
+        self.our_vacuum(major=True)
+        assert self.world.rig.handle(self.world.pending.pop().event).kind == "cleaned"
+
+    @precondition(lambda self: not self.world.txn_vacuums)
+    @rule()
+    def select_compiles_then_a_write_commits_and_a_major_vacuum_renames(self) -> None:
+        """The steps of the hole in one rule, so short histories reach it; the rest is left to chance."""
+        self.reader_opens_with_snapshot()
+        self.start_write(delete=False)
+        self.finish_write_id(max(self.world.open_writes), abort=False)
+        self.our_vacuum(major=True)
+
+    @precondition(lambda self: self.world.opening)
+    @rule(data=st.data(), seconds=st.integers(0, 5))
+    def reader_locks_after_its_snapshot(self, data: st.DataObject, seconds: int = 0) -> None:
+        self.world.rig.clock.advance(seconds)
+        opening = data.draw(st.sampled_from(self.world.opening))
+        self.world.opening.remove(opening)
+        lock_id = self.lock_for(opening.txn)
+        self.world.readers.append(Reader(opening.txn, lock_id, self.needs(opening.write_ids, opening.txns)))
+
+
+HiveSelectHistoriesWithTheCallSiteChange.TestCase.settings = settings(
+    max_examples=40,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+test_hive_selects_keep_their_snapshot_and_lose_nothing_with_the_call_site_change = (
+    HiveSelectHistoriesWithTheCallSiteChange.TestCase
+)

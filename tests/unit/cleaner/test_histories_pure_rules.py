@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
@@ -241,9 +241,12 @@ class PureHistories(RuleBasedStateMachine):
         """Rename the output (a rename onto a name that exists fails: no event), snapshot the locks."""
         names = self.world.directories.setdefault(vacuum.location, set())
         if names & set(vacuum.new_directories):
+            event("vacuum: its output's name exists, the rename fails")
             return
         if self.fenced_commits and vacuum.table_id != self.world.table.table_id:
             return  # its last check before the rename finds the table it planned against gone
+        if any(set(v.new_directories) <= names for v in self.pending if v.location == vacuum.location):
+            event("vacuum: commits beside another vacuum's output")
         names.update(vacuum.new_directories)
         self.owner.update({(vacuum.location, name): vacuum.table_id for name in vacuum.new_directories})
         self.compacted.update(vacuum.new_directories)
@@ -265,6 +268,7 @@ class PureHistories(RuleBasedStateMachine):
         for names in self.world.directories.values():
             names.clear()
         self.owner.clear()
+        event("table dropped and created again" + (" while its events wait" if self.pending else ""))
         self.world.table = Table(table_id=self.world.table.table_id + 1)
 
     # -- the cleaner ------------------------------------------------------------------------------
@@ -275,9 +279,11 @@ class PureHistories(RuleBasedStateMachine):
         vacuum = data.draw(st.sampled_from(self.pending))
         live = {r.id for r in self.readers}
         if vacuum.lock_snapshot & live:
+            event("cleaner: a snapshot reader still reads")
             return  # rule 1: a reader of the snapshot still reads
         obsolete = type(self).cleaner_rule(vacuum, self.world)
         self.checks += 1
+        event(f"cleaner: deletes {'something' if obsolete else 'nothing'}, {len(self.readers) or 'no'} live readers")
         for reader in self.readers:
             lost = reader.reads & obsolete if reader.location == vacuum.location else frozenset()
             assert not lost, (
@@ -290,10 +296,22 @@ class PureHistories(RuleBasedStateMachine):
             return  # checked again later
         self.pending.remove(vacuum)
 
+    # Cleaner checks and readers' ends as frequent as everything else (rules are drawn uniformly).
+
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data())
+    def another_cleaner_check(self, data: st.DataObject) -> None:
+        self.cleaner_check(data)
+
+    @precondition(lambda self: self.readers)
+    @rule(data=st.data())
+    def another_reader_ends(self, data: st.DataObject) -> None:
+        self.end_reader(data)
+
 
 HISTORY_SETTINGS = settings(
-    max_examples=60,
-    stateful_step_count=30,
+    max_examples=100,
+    stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
