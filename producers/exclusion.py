@@ -11,8 +11,11 @@ appears in a vacuum's lock snapshot (that lists the real table's locks) and neve
 
 The lock is heartbeated while the vacuum runs and released when it ends, however it ends. A vacuum
 that was killed leaves its lock behind; the metastore's housekeeping times it out (``hive.txn.timeout``,
-300 s by default), and a lock whose last heartbeat is older than ``vacuum_lock_stale_s`` is released by
-the next vacuum that finds it, for metastores that run no housekeeping.
+300 s by default), and a lock silent for longer than ``vacuum_lock_stale_s`` by one clock (the
+metastore's, :mod:`.takeover`) is released by the next vacuum that finds it, for metastores that run no
+housekeeping. A vacuum that was only paused may then wake up without its lock: the heartbeat records
+the loss, and :meth:`VacuumLock.ensure_held`, the last step before the commit, refuses to commit
+(fencing, DESIGN.md rule 7).
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from acidclean.producers.takeover import TakeoverJudge
 from acidclean.shared.acid.partition_names import lock_covers_partition
-from acidclean.shared.errors import MetastoreError, VacuumBusyError
+from acidclean.shared.errors import MetastoreError, VacuumBusyError, VacuumFencedError
 from acidclean.shared.metastore import LockInfo, LockRequestComponent, LockType, Metastore, Operation
 
 LOGGER = logging.getLogger("acidclean.vacuum")
@@ -70,38 +74,47 @@ def _describe(lock: LockInfo) -> str:
     return f"lock {lock.lock_id} by {lock.user}@{lock.host} since {since}"
 
 
-def _release_stale(metastore: Metastore, holders: list[LockInfo], stale_s: float, where: str) -> bool:
-    """Release holders whose last heartbeat is older than ``stale_s``; True if any was released."""
-    now_ms = time.time() * 1000
+def _metastore_now_ms(metastore: Metastore, component: LockRequestComponent, own: int) -> int | None:
+    """A time the metastore stamped just now: its heartbeat stamp of our own waiting lock, renewed."""
+    metastore.heartbeat(lock_id=own)
+    for lock in metastore.show_locks(component.db, component.table):
+        if lock.lock_id == own:
+            return lock.last_heartbeat_ms or None
+    return None
+
+
+def _release_stale(
+    metastore: Metastore, component: LockRequestComponent, own: int, judge: TakeoverJudge, where: str
+) -> bool:
+    """Release holders silent for longer than the stale limit by one clock (:mod:`.takeover`); True if
+    any was released."""
+    holders = _holders(metastore, component, own)
     released = False
-    for lock in holders:
-        beat = lock.last_heartbeat_ms or lock.acquired_at_ms or 0
-        if now_ms - beat > stale_s * 1000:
-            LOGGER.warning(
-                "releasing the vacuum lock of %s: %s sent no heartbeat for %.0f s",
-                where,
-                _describe(lock),
-                (now_ms - beat) / 1000,
-            )
-            try:
-                metastore.unlock(lock.lock_id)
-                released = True
-            except MetastoreError as error:
-                LOGGER.warning("could not release stale lock %s: %s", lock.lock_id, error)
+    for silence in judge.stale(holders, _metastore_now_ms(metastore, component, own), time.monotonic()):
+        LOGGER.warning(
+            "releasing the vacuum lock of %s: %s sent no heartbeat for %.0f s (by the %s clock)",
+            where,
+            _describe(silence.lock),
+            silence.seconds,
+            silence.clock,
+        )
+        try:
+            metastore.unlock(silence.lock.lock_id)
+            released = True
+        except MetastoreError as error:
+            LOGGER.warning("could not release stale lock %s: %s", silence.lock.lock_id, error)
     return released
 
 
 def _acquire(metastore: Metastore, component: LockRequestComponent, settings: ExclusionSettings, where: str) -> int:
     result = metastore.lock([component])
     deadline = time.monotonic() + settings.wait_s
-    stale_checked = False
+    judge = TakeoverJudge(settings.stale_s)
     while not result.acquired:
         if result.state != "WAITING":
             raise MetastoreError(f"the vacuum lock of {where} was not granted: state {result.state}")
-        holders = _holders(metastore, component, result.lock_id)
-        if not stale_checked and _release_stale(metastore, holders, settings.stale_s, where):
-            stale_checked = True
-        elif time.monotonic() > deadline:
+        if not _release_stale(metastore, component, result.lock_id, judge, where) and time.monotonic() > deadline:
+            holders = _holders(metastore, component, result.lock_id)
             metastore.unlock(result.lock_id)  # leave nothing behind
             who = "; ".join(_describe(lock) for lock in holders) or "another vacuum"
             raise VacuumBusyError(
@@ -113,6 +126,63 @@ def _acquire(metastore: Metastore, component: LockRequestComponent, settings: Ex
     return result.lock_id
 
 
+def _lock_is_gone(error: MetastoreError) -> bool:
+    """The metastore says the lock does not exist (released by a takeover, or timed out)."""
+    text = str(error).lower()
+    return "no such lock" in text or "nosuchlock" in text
+
+
+class VacuumLock:
+    """A held vacuum lock, and the fence of the vacuum's commit: :meth:`ensure_held` is the last step
+    before a vacuum makes its output visible (DESIGN.md rule 7)."""
+
+    def __init__(self, metastore: Metastore, lock_id: int, where: str) -> None:
+        self.metastore = metastore
+        self.lock_id = lock_id
+        self.where = where
+        self._lost: str | None = None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lock is known to be gone, or None while it is not known to be."""
+        return self._lost
+
+    def record_loss(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+            LOGGER.error(
+                "the vacuum lock %s of %s is gone (%s): this vacuum will not commit", self.lock_id, self.where, reason
+            )
+
+    def beat(self) -> None:
+        """Renew the lock; a metastore that says it is gone makes the loss permanent."""
+        try:
+            self.metastore.heartbeat(lock_id=self.lock_id)
+        except MetastoreError as error:
+            if _lock_is_gone(error):
+                self.record_loss(str(error))
+            raise
+
+    def ensure_held(self, before: str) -> None:
+        """Raise :class:`VacuumFencedError` unless the lock is still this vacuum's, confirmed by the
+        metastore now (a heartbeat: lock ids are never reused, so an answer means it is ours and held).
+        Fails closed: a lock that cannot be confirmed counts as lost."""
+        if self._lost is None:
+            try:
+                self.beat()
+            except MetastoreError as error:
+                if self._lost is None:
+                    raise VacuumFencedError(
+                        f"the vacuum of {self.where} did not {before}: its vacuum lock {self.lock_id} could not be "
+                        f"confirmed ({error}); nothing was made visible, try again"
+                    ) from error
+        if self._lost is not None:
+            raise VacuumFencedError(
+                f"the vacuum of {self.where} did not {before}: it lost its vacuum lock {self.lock_id} "
+                f"({self._lost}), so another vacuum may have taken over; nothing was made visible"
+            )
+
+
 @contextmanager
 def exclusive_vacuum(
     metastore: Metastore,
@@ -120,32 +190,36 @@ def exclusive_vacuum(
     table: str,
     partition: str | None,
     settings: ExclusionSettings | None = None,
-) -> Iterator[int]:
-    """Hold the vacuum lock of ``db.table`` (``partition``) for the ``with`` block; yields its id.
-    Raises :class:`VacuumBusyError` (a refusal) naming the holder when another vacuum keeps it past the wait."""
+) -> Iterator[VacuumLock]:
+    """Hold the vacuum lock of ``db.table`` (``partition``) for the ``with`` block; yields it (its
+    :meth:`VacuumLock.ensure_held` fences the commit). Raises :class:`VacuumBusyError` (a refusal)
+    naming the holder when another vacuum keeps it past the wait."""
     settings = settings or ExclusionSettings()
     where = f"{db}.{table}" + (f" partition {partition}" if partition else "")
     lock_id = _acquire(metastore, vacuum_lock_component(db, table, partition), settings, where)
+    held = VacuumLock(metastore, lock_id, where)
     stop = threading.Event()
 
     # Beat well within the stale limit, or a live vacuum's lock would look dead to the next one.
     every_s = min(settings.heartbeat_s, settings.stale_s / 3)
 
     def beat() -> None:
-        while not stop.wait(every_s):
+        while not stop.wait(every_s) and held.lost is None:
             try:
-                metastore.heartbeat(lock_id=lock_id)
+                held.beat()
             except MetastoreError as error:
-                LOGGER.warning("heartbeat of the vacuum lock %s failed: %s", lock_id, error)
+                if held.lost is None:
+                    LOGGER.warning("heartbeat of the vacuum lock %s failed: %s", held.lock_id, error)
 
     heartbeat = threading.Thread(target=beat, name="vacuum-lock-heartbeat", daemon=True)
     heartbeat.start()
     try:
-        yield lock_id
+        yield held
     finally:
         stop.set()
         heartbeat.join(5)
-        try:
-            metastore.unlock(lock_id)
-        except MetastoreError as error:  # it times out in the metastore; the next vacuum may release it
-            LOGGER.warning("could not release the vacuum lock %s of %s: %s", lock_id, where, error)
+        if held.lost is None:
+            try:
+                metastore.unlock(held.lock_id)
+            except MetastoreError as error:  # it times out in the metastore; the next vacuum may release it
+                LOGGER.warning("could not release the vacuum lock %s of %s: %s", held.lock_id, where, error)
