@@ -134,6 +134,8 @@ def _rename_out(fs: pafs.FileSystem, location: str, staging_dir: str, targets: S
         try:
             fs.move(source, destination)
         except OSError as error:
+            if _exists(fs, destination) and not _exists(fs, source):
+                continue  # the vacuum that took over the lock finished this commit at the same moment
             raise VacuumError(f"cannot rename {source} to {destination}: {error}") from error
 
 
@@ -165,7 +167,8 @@ def commit(
             set_aside(fs, staging_dir, f"fenced before its rename: {error}")
             raise
     _rename_out(fs, location, staging_dir, targets)
-    fs.delete_dir(staging_dir)
+    if _exists(fs, staging_dir):  # a vacuum that took over this one's lock may have finished it already
+        fs.delete_dir(staging_dir)
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,14 @@ def _plan_and_vacuum(
     held: VacuumLock | None,
 ) -> VacuumResult:
     location = open_location(info.location)
-    mode = choose_commit_mode(settings.vacuum_commit, metastore.kind, location_scheme(location.uri), location.uri)
+    mode = choose_commit_mode(
+        settings.vacuum_commit,
+        metastore.kind,
+        location_scheme(location.uri),
+        location.uri,
+        hive_version=getattr(metastore, "major_version", None),
+        v_readers_acknowledged=settings.vacuum_visibility_txn_on_hive3,
+    )
     removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
         refuse_while_hive_compacts(metastore, info)

@@ -191,6 +191,11 @@ def _report_vacuum(result: VacuumResult, kind: MetastoreKind) -> bool:
         f"{result.files_written} files, {format_bytes(result.bytes_written)}"
     )
     click.echo(f"  obsolete now: {_names(plan.obsolete_after)}")
+    if result.overlapping_directories:
+        click.echo(
+            f"  late commit: {_names(result.overlapping_directories)} of another vacuum hold rows of the same write "
+            "ids, which readers now read twice; the event says so and nothing is deleted for it (docs/safety.md)"
+        )
     assert result.publish is not None
     locks = result.publish.event.lock_snapshot
     click.echo(f"  lock snapshot: {len(locks)} lock(s)" + "".join(f"\n    {lock.describe()}" for lock in locks))
