@@ -35,6 +35,10 @@ from acidclean.shared.metastore import LockInfo, LockRequestComponent, LockType,
 LOGGER = logging.getLogger("acidclean.vacuum")
 
 VACUUM_LOCK_SUFFIX = "__acidclean_vacuum"
+# A vacuum that commits through a transaction T registers T here (a read lock inside T, which blocks
+# nobody), so the vacuum that takes over its stale lock can abort T: commit_txn of an aborted T fails,
+# which closes the transaction commit's window between the last lock check and the commit.
+VACUUM_TXN_SUFFIX = "__acidclean_vacuum_txn"
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,35 @@ def vacuum_lock_component(db: str, table: str, partition: str | None) -> LockReq
         operation=Operation.NO_TXN,
         transactional=False,
     )
+
+
+def vacuum_txn_component(db: str, table: str, partition: str | None) -> LockRequestComponent:
+    """The resource a vacuum's transaction T is registered on (see ``VACUUM_TXN_SUFFIX``)."""
+    return LockRequestComponent(
+        db, f"{table}{VACUUM_TXN_SUFFIX}", partition, LockType.SHARED_READ, Operation.SELECT, transactional=False
+    )
+
+
+def register_vacuum_txn(metastore: Metastore, db: str, table: str, partition: str | None, txn_id: int) -> None:
+    """Register transaction ``txn_id`` as the running vacuum's, so that a takeover aborts it. Best
+    effort: without it the last lock check still fences the commit, with the window it leaves."""
+    try:
+        metastore.lock([vacuum_txn_component(db, table, partition)], txn_id=txn_id)
+    except MetastoreError as error:
+        LOGGER.warning("could not register the vacuum's transaction %s for takeovers: %s", txn_id, error)
+
+
+def _abort_registered_txns(metastore: Metastore, component: LockRequestComponent, where: str) -> None:
+    """Abort the transactions the vacuum being taken over registered (before its lock is released, so
+    no other vacuum can have registered one meanwhile)."""
+    resource = f"{component.table}".removesuffix(VACUUM_LOCK_SUFFIX) + VACUUM_TXN_SUFFIX
+    for lock in metastore.show_locks(component.db, resource):
+        if lock.txn_id and lock_covers_partition(lock.partition, component.partition):
+            LOGGER.warning("aborting transaction %s of the vacuum of %s being taken over", lock.txn_id, where)
+            try:
+                metastore.abort_txn(lock.txn_id)
+            except MetastoreError as error:  # already aborted or committed: nothing to fence
+                LOGGER.warning("could not abort transaction %s: %s", lock.txn_id, error)
 
 
 def _holders(metastore: Metastore, component: LockRequestComponent, own: int) -> list[LockInfo]:
@@ -99,6 +132,7 @@ def _release_stale(
             silence.clock,
         )
         try:
+            _abort_registered_txns(metastore, component, where)
             metastore.unlock(silence.lock.lock_id)
             released = True
         except MetastoreError as error:

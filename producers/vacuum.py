@@ -47,7 +47,7 @@ from acidclean.producers.commit import (
 )
 from acidclean.producers.commit_mode import CommitMode, choose_commit_mode
 from acidclean.producers.compact import BucketResult, bucket_tasks, input_row_type, needs_row_type
-from acidclean.producers.exclusion import ExclusionSettings, VacuumLock, exclusive_vacuum
+from acidclean.producers.exclusion import ExclusionSettings, VacuumLock, exclusive_vacuum, register_vacuum_txn
 from acidclean.producers.late_commit import overlapping_outputs
 from acidclean.producers.outbox import Outbox
 from acidclean.producers.plan import (
@@ -464,6 +464,7 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
     job_id = job.new_job_id()
     fs = location.fs.arrow
     txn_id = metastore.open_txn()
+    register_vacuum_txn(metastore, job.info.db, job.info.table, job.info.partition, txn_id)
     with heartbeating(metastore, txn_id, settings.vacuum_lock_stale_s / 10):
         try:
             plan = with_visibility_txn(plan, txn_id, metastore.valid_txn_list())
