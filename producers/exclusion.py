@@ -108,12 +108,15 @@ def _describe(lock: LockInfo) -> str:
 
 
 def _metastore_now_ms(metastore: Metastore, component: LockRequestComponent, own: int) -> int | None:
-    """A time the metastore stamped just now: its heartbeat stamp of our own waiting lock, renewed."""
-    metastore.heartbeat(lock_id=own)
-    for lock in metastore.show_locks(component.db, component.table):
-        if lock.lock_id == own:
-            return lock.last_heartbeat_ms or None
-    return None
+    """A time the metastore stamped just now: its heartbeat stamp of our own waiting lock, renewed.
+    None when it gives none (the taker's monotonic clock then judges, :class:`TakeoverJudge`)."""
+    try:
+        metastore.heartbeat(lock_id=own)
+        locks = metastore.show_locks(component.db, component.table)
+    except MetastoreError as error:
+        LOGGER.debug("no metastore time from our waiting lock %s: %s", own, error)
+        return None
+    return next((lock.last_heartbeat_ms or None for lock in locks if lock.lock_id == own), None)
 
 
 def _release_stale(

@@ -147,7 +147,7 @@ def test_a_live_vacuum_is_never_taken_over_by_a_host_whose_clock_runs_fast(
 
 @pytest.mark.rule7
 def test_a_dead_vacuums_lock_is_taken_over_by_the_metastores_clock_even_from_a_host_whose_clock_runs_slow(
-    metastore: HiveMetastore, unique_name: str, monkeypatch: pytest.MonkeyPatch
+    metastore: HiveMetastore, unique_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     new_table(metastore, unique_name)
     dead = metastore.lock([vacuum_lock_component(DB, unique_name, None)])  # taken, then never heartbeated
@@ -159,6 +159,8 @@ def test_a_dead_vacuums_lock_is_taken_over_by_the_metastores_clock_even_from_a_h
         took_s = time.monotonic() - started
         assert vacuum_locks(metastore, unique_name) == [taker.lock_id]
     assert took_s < 15, f"took {took_s:.1f} s to take over a lock silent for 2 s"
+    # The metastore stamps the taker's own waiting lock, so its clock alone judged the silence.
+    assert [r for r in caplog.records if "by the metastore clock" in r.getMessage()]
 
 
 # -- rule 6: no wedge -----------------------------------------------------------------------------------
