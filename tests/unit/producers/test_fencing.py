@@ -123,3 +123,50 @@ def test_a_commit_is_finished_only_when_nothing_but_its_inputs_covers_its_ids() 
         "delete_delta_0000001_0000004",
         "delta_0000001_0000004",
     ]
+
+
+class TakeoverMetastore:
+    """A metastore that stamps heartbeats with its own clock and records what a takeover calls."""
+
+    def __init__(self, now_ms: int, holder_beat_ms: int) -> None:
+        self.now_ms = now_ms
+        self.calls: list[str] = []
+        self.locks = [
+            holder(7, last_heartbeat_ms=holder_beat_ms),
+            LockInfo(9, 0, "db", "t__acidclean_vacuum", None, "EXCLUSIVE", "WAITING", "b", "host-b", None, None),
+            LockInfo(8, 41, "db", "t__acidclean_vacuum_txn", None, "SHARED_READ", "ACQUIRED", "a", "host-a", 1, 0),
+        ]
+
+    def heartbeat(self, txn_id: int | None = None, lock_id: int | None = None) -> None:
+        self.locks = [
+            lock._replace(last_heartbeat_ms=self.now_ms) if lock.lock_id == lock_id else lock for lock in self.locks
+        ]
+
+    def show_locks(
+        self, db: str | None = None, table: str | None = None, partition: str | None = None
+    ) -> list[LockInfo]:
+        return [lock for lock in self.locks if lock.table == table]
+
+    def abort_txn(self, txn_id: int) -> None:
+        self.calls.append(f"abort {txn_id}")
+
+    def unlock(self, lock_id: int) -> None:
+        self.calls.append(f"unlock {lock_id}")
+
+
+def test_a_takeover_aborts_the_stale_vacuums_registered_transaction_before_it_releases_its_lock() -> None:
+    from acidclean.producers.exclusion import _release_stale, vacuum_lock_component
+
+    metastore = TakeoverMetastore(NOW_MS, holder_beat_ms=NOW_MS - 400_000)
+    component = vacuum_lock_component("db", "t", None)
+    assert _release_stale(metastore, component, 9, TakeoverJudge(300), "db.t")  # type: ignore[arg-type]
+    assert metastore.calls == ["abort 41", "unlock 7"]
+
+
+def test_a_live_holder_by_the_metastores_clock_is_left_alone() -> None:
+    from acidclean.producers.exclusion import _release_stale, vacuum_lock_component
+
+    metastore = TakeoverMetastore(NOW_MS, holder_beat_ms=NOW_MS - 20_000)
+    component = vacuum_lock_component("db", "t", None)
+    assert not _release_stale(metastore, component, 9, TakeoverJudge(300), "db.t")  # type: ignore[arg-type]
+    assert metastore.calls == []
