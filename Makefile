@@ -74,4 +74,4 @@ stack-down:
 	$(BIN)/acidclean stack down
 
 clean:
-	rm -rf $(VENV) .stack build *.egg-info
+	rm -rf $(VENV) .stack stack-warehouse build *.egg-info

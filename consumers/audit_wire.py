@@ -153,6 +153,7 @@ class WireVacuumCommitted(_WireEvent, kw_only=True, frozen=True):
     locks_observed: NonNegative | None = None
     next_txn_id: Positive | None = None
     request_id: Uuid | None = None
+    overlapping_directories: list[DirectoryName] = []
 
     def ids(self) -> str:
         return self.event_id + (self.causation_id or "") + (self.request_id or "")  # correlation_id must equal it

@@ -11,8 +11,11 @@ appears in a vacuum's lock snapshot (that lists the real table's locks) and neve
 
 The lock is heartbeated while the vacuum runs and released when it ends, however it ends. A vacuum
 that was killed leaves its lock behind; the metastore's housekeeping times it out (``hive.txn.timeout``,
-300 s by default), and a lock whose last heartbeat is older than ``vacuum_lock_stale_s`` is released by
-the next vacuum that finds it, for metastores that run no housekeeping.
+300 s by default), and a lock silent for longer than ``vacuum_lock_stale_s`` by one clock (the
+metastore's, :mod:`.takeover`) is released by the next vacuum that finds it, for metastores that run no
+housekeeping. A vacuum that was only paused may then wake up without its lock: the heartbeat records
+the loss, and :meth:`VacuumLock.ensure_held`, the last step before the commit, refuses to commit
+(fencing, docs/design.md section 7, rule 7).
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from acidclean.producers.takeover import TakeoverJudge
 from acidclean.shared.acid.partition_names import lock_covers_partition
-from acidclean.shared.errors import MetastoreError, VacuumBusyError
+from acidclean.shared.errors import MetastoreError, VacuumBusyError, VacuumFencedError
 from acidclean.shared.metastore import LockInfo, LockRequestComponent, LockType, Metastore, Operation
 
 LOGGER = logging.getLogger("acidclean.vacuum")
 
 VACUUM_LOCK_SUFFIX = "__acidclean_vacuum"
+# A vacuum that commits through a transaction T registers T here (a read lock inside T, which blocks
+# nobody), so the vacuum that takes over its stale lock can abort T: commit_txn of an aborted T fails,
+# which closes the transaction commit's window between the last lock check and the commit.
+VACUUM_TXN_SUFFIX = "__acidclean_vacuum_txn"
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,35 @@ def vacuum_lock_component(db: str, table: str, partition: str | None) -> LockReq
     )
 
 
+def vacuum_txn_component(db: str, table: str, partition: str | None) -> LockRequestComponent:
+    """The resource a vacuum's transaction T is registered on (see ``VACUUM_TXN_SUFFIX``)."""
+    return LockRequestComponent(
+        db, f"{table}{VACUUM_TXN_SUFFIX}", partition, LockType.SHARED_READ, Operation.SELECT, transactional=False
+    )
+
+
+def register_vacuum_txn(metastore: Metastore, db: str, table: str, partition: str | None, txn_id: int) -> None:
+    """Register transaction ``txn_id`` as the running vacuum's, so that a takeover aborts it. Best
+    effort: without it the last lock check still fences the commit, with the window it leaves."""
+    try:
+        metastore.lock([vacuum_txn_component(db, table, partition)], txn_id=txn_id)
+    except MetastoreError as error:
+        LOGGER.warning("could not register the vacuum's transaction %s for takeovers: %s", txn_id, error)
+
+
+def _abort_registered_txns(metastore: Metastore, component: LockRequestComponent, where: str) -> None:
+    """Abort the transactions the vacuum being taken over registered (before its lock is released, so
+    no other vacuum can have registered one meanwhile)."""
+    resource = f"{component.table}".removesuffix(VACUUM_LOCK_SUFFIX) + VACUUM_TXN_SUFFIX
+    for lock in metastore.show_locks(component.db, resource):
+        if lock.txn_id and lock_covers_partition(lock.partition, component.partition):
+            LOGGER.warning("aborting transaction %s of the vacuum of %s being taken over", lock.txn_id, where)
+            try:
+                metastore.abort_txn(lock.txn_id)
+            except MetastoreError as error:  # already aborted or committed: nothing to fence
+                LOGGER.warning("could not abort transaction %s: %s", lock.txn_id, error)
+
+
 def _holders(metastore: Metastore, component: LockRequestComponent, own: int) -> list[LockInfo]:
     locks = metastore.show_locks(component.db, component.table)
     return [
@@ -70,38 +107,51 @@ def _describe(lock: LockInfo) -> str:
     return f"lock {lock.lock_id} by {lock.user}@{lock.host} since {since}"
 
 
-def _release_stale(metastore: Metastore, holders: list[LockInfo], stale_s: float, where: str) -> bool:
-    """Release holders whose last heartbeat is older than ``stale_s``; True if any was released."""
-    now_ms = time.time() * 1000
+def _metastore_now_ms(metastore: Metastore, component: LockRequestComponent, own: int) -> int | None:
+    """A time the metastore stamped just now: its heartbeat stamp of our own waiting lock, renewed.
+    None when it gives none (the taker's monotonic clock then judges, :class:`TakeoverJudge`)."""
+    try:
+        metastore.heartbeat(lock_id=own)
+        locks = metastore.show_locks(component.db, component.table)
+    except MetastoreError as error:
+        LOGGER.debug("no metastore time from our waiting lock %s: %s", own, error)
+        return None
+    return next((lock.last_heartbeat_ms or None for lock in locks if lock.lock_id == own), None)
+
+
+def _release_stale(
+    metastore: Metastore, component: LockRequestComponent, own: int, judge: TakeoverJudge, where: str
+) -> bool:
+    """Release holders silent for longer than the stale limit by one clock (:mod:`.takeover`); True if
+    any was released."""
+    holders = _holders(metastore, component, own)
     released = False
-    for lock in holders:
-        beat = lock.last_heartbeat_ms or lock.acquired_at_ms or 0
-        if now_ms - beat > stale_s * 1000:
-            LOGGER.warning(
-                "releasing the vacuum lock of %s: %s sent no heartbeat for %.0f s",
-                where,
-                _describe(lock),
-                (now_ms - beat) / 1000,
-            )
-            try:
-                metastore.unlock(lock.lock_id)
-                released = True
-            except MetastoreError as error:
-                LOGGER.warning("could not release stale lock %s: %s", lock.lock_id, error)
+    for silence in judge.stale(holders, _metastore_now_ms(metastore, component, own), time.monotonic()):
+        LOGGER.warning(
+            "releasing the vacuum lock of %s: %s sent no heartbeat for %.0f s (by the %s clock)",
+            where,
+            _describe(silence.lock),
+            silence.seconds,
+            silence.clock,
+        )
+        try:
+            _abort_registered_txns(metastore, component, where)
+            metastore.unlock(silence.lock.lock_id)
+            released = True
+        except MetastoreError as error:
+            LOGGER.warning("could not release stale lock %s: %s", silence.lock.lock_id, error)
     return released
 
 
 def _acquire(metastore: Metastore, component: LockRequestComponent, settings: ExclusionSettings, where: str) -> int:
     result = metastore.lock([component])
     deadline = time.monotonic() + settings.wait_s
-    stale_checked = False
+    judge = TakeoverJudge(settings.stale_s)
     while not result.acquired:
         if result.state != "WAITING":
             raise MetastoreError(f"the vacuum lock of {where} was not granted: state {result.state}")
-        holders = _holders(metastore, component, result.lock_id)
-        if not stale_checked and _release_stale(metastore, holders, settings.stale_s, where):
-            stale_checked = True
-        elif time.monotonic() > deadline:
+        if not _release_stale(metastore, component, result.lock_id, judge, where) and time.monotonic() > deadline:
+            holders = _holders(metastore, component, result.lock_id)
             metastore.unlock(result.lock_id)  # leave nothing behind
             who = "; ".join(_describe(lock) for lock in holders) or "another vacuum"
             raise VacuumBusyError(
@@ -113,6 +163,63 @@ def _acquire(metastore: Metastore, component: LockRequestComponent, settings: Ex
     return result.lock_id
 
 
+def _lock_is_gone(error: MetastoreError) -> bool:
+    """The metastore says the lock does not exist (released by a takeover, or timed out)."""
+    text = str(error).lower()
+    return "no such lock" in text or "nosuchlock" in text
+
+
+class VacuumLock:
+    """A held vacuum lock, and the fence of the vacuum's commit: :meth:`ensure_held` is the last step
+    before a vacuum makes its output visible (docs/design.md section 7, rule 7)."""
+
+    def __init__(self, metastore: Metastore, lock_id: int, where: str) -> None:
+        self.metastore = metastore
+        self.lock_id = lock_id
+        self.where = where
+        self._lost: str | None = None
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lock is known to be gone, or None while it is not known to be."""
+        return self._lost
+
+    def record_loss(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+            LOGGER.error(
+                "the vacuum lock %s of %s is gone (%s): this vacuum will not commit", self.lock_id, self.where, reason
+            )
+
+    def beat(self) -> None:
+        """Renew the lock; a metastore that says it is gone makes the loss permanent."""
+        try:
+            self.metastore.heartbeat(lock_id=self.lock_id)
+        except MetastoreError as error:
+            if _lock_is_gone(error):
+                self.record_loss(str(error))
+            raise
+
+    def ensure_held(self, before: str) -> None:
+        """Raise :class:`VacuumFencedError` unless the lock is still this vacuum's, confirmed by the
+        metastore now (a heartbeat: lock ids are never reused, so an answer means it is ours and held).
+        Fails closed: a lock that cannot be confirmed counts as lost."""
+        if self._lost is None:
+            try:
+                self.beat()
+            except MetastoreError as error:
+                if self._lost is None:
+                    raise VacuumFencedError(
+                        f"the vacuum of {self.where} did not {before}: its vacuum lock {self.lock_id} could not be "
+                        f"confirmed ({error}); nothing was made visible, try again"
+                    ) from error
+        if self._lost is not None:
+            raise VacuumFencedError(
+                f"the vacuum of {self.where} did not {before}: it lost its vacuum lock {self.lock_id} "
+                f"({self._lost}), so another vacuum may have taken over; nothing was made visible"
+            )
+
+
 @contextmanager
 def exclusive_vacuum(
     metastore: Metastore,
@@ -120,32 +227,36 @@ def exclusive_vacuum(
     table: str,
     partition: str | None,
     settings: ExclusionSettings | None = None,
-) -> Iterator[int]:
-    """Hold the vacuum lock of ``db.table`` (``partition``) for the ``with`` block; yields its id.
-    Raises :class:`VacuumBusyError` (a refusal) naming the holder when another vacuum keeps it past the wait."""
+) -> Iterator[VacuumLock]:
+    """Hold the vacuum lock of ``db.table`` (``partition``) for the ``with`` block; yields it (its
+    :meth:`VacuumLock.ensure_held` fences the commit). Raises :class:`VacuumBusyError` (a refusal)
+    naming the holder when another vacuum keeps it past the wait."""
     settings = settings or ExclusionSettings()
     where = f"{db}.{table}" + (f" partition {partition}" if partition else "")
     lock_id = _acquire(metastore, vacuum_lock_component(db, table, partition), settings, where)
+    held = VacuumLock(metastore, lock_id, where)
     stop = threading.Event()
 
     # Beat well within the stale limit, or a live vacuum's lock would look dead to the next one.
     every_s = min(settings.heartbeat_s, settings.stale_s / 3)
 
     def beat() -> None:
-        while not stop.wait(every_s):
+        while not stop.wait(every_s) and held.lost is None:
             try:
-                metastore.heartbeat(lock_id=lock_id)
+                held.beat()
             except MetastoreError as error:
-                LOGGER.warning("heartbeat of the vacuum lock %s failed: %s", lock_id, error)
+                if held.lost is None:
+                    LOGGER.warning("heartbeat of the vacuum lock %s failed: %s", held.lock_id, error)
 
     heartbeat = threading.Thread(target=beat, name="vacuum-lock-heartbeat", daemon=True)
     heartbeat.start()
     try:
-        yield lock_id
+        yield held
     finally:
         stop.set()
         heartbeat.join(5)
-        try:
-            metastore.unlock(lock_id)
-        except MetastoreError as error:  # it times out in the metastore; the next vacuum may release it
-            LOGGER.warning("could not release the vacuum lock %s of %s: %s", lock_id, where, error)
+        if held.lost is None:
+            try:
+                metastore.unlock(held.lock_id)
+            except MetastoreError as error:  # it times out in the metastore; the next vacuum may release it
+                LOGGER.warning("could not release the vacuum lock %s of %s: %s", held.lock_id, where, error)

@@ -8,8 +8,13 @@ published by the next vacuum run or by ``acidclean outbox flush``:
 * a complete event is published as it is (same event id, so a duplicate is recognisable);
 * a draft whose new directories all exist committed but crashed before its lock snapshot: the
   snapshot is taken now (later is only more conservative) and the event published;
-* a draft whose directories do not exist never committed and is dropped (a staging directory with
-  a commit marker is finished by :func:`acidclean.producers.commit.recover_commits` first).
+* a draft whose directories do not exist (or are another vacuum's) never committed and is dropped;
+  one whose staging directory still holds a commit marker waits for the next vacuum of its table,
+  which finishes or sets aside that commit under the table's vacuum lock
+  (:func:`acidclean.producers.commit.recover_commits`).
+
+An entry that cannot be read is set aside (renamed ``*.unreadable``) with one log line: a damaged
+entry of one table never stops the vacuum of another (docs/design.md section 7, rule 6).
 
 One JSON file per event, written to a temporary name and renamed, so a crash never leaves half a
 file.
@@ -18,6 +23,7 @@ file.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from dataclasses import dataclass
@@ -26,6 +32,8 @@ from typing import Any
 
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.errors import VacuumError
+
+LOGGER = logging.getLogger(__name__)
 
 DRAFT = "draft"
 READY = "ready"
@@ -97,7 +105,10 @@ class Outbox:
                     )
                 )
             except (OSError, ValueError, KeyError) as error:
-                raise VacuumError(
-                    f"outbox entry {path} cannot be read ({error}); inspect it, then move it away to continue"
-                ) from error
+                aside = path.with_name(f"{path.name}.unreadable")
+                LOGGER.error("outbox entry %s cannot be read (%s): set aside as %s to inspect", path, error, aside.name)
+                try:
+                    os.replace(path, aside)
+                except OSError as move_error:
+                    LOGGER.warning("could not set aside %s: %s", path, move_error)
         return found

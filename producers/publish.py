@@ -9,25 +9,29 @@ outcome says so: the compaction itself has succeeded either way.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from acidclean.producers.commit import recover_commits
+from acidclean.producers.commit import SET_ASIDE_MARKER, read_marker
 from acidclean.producers.locks import lock_snapshot
 from acidclean.producers.outbox import DRAFT, Outbox, OutboxEntry
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import open_location
+from acidclean.shared.arrow_filesystem import ArrowFileSystem, open_location
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import Delivery, EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import AcidCleanError
 from acidclean.shared.metastore import Metastore, split_table_name
 from acidclean.shared.settings import Settings
+from acidclean.shared.vacuum_marker import VACUUM_MARKER, MarkerError, VacuumMarker
+
+LOGGER = logging.getLogger(__name__)
 
 _EVENT_FIELDS = (
     "tenant",
@@ -55,6 +59,7 @@ def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitt
         # Read after the rename: every transaction below it may have listed before the commit.
         next_txn_id=ValidTxnList.from_string(metastore.valid_txn_list()).high_watermark + 1,
         request_id=uuid.UUID(request_id) if request_id else None,
+        overlapping_directories=draft.get("overlapping_directories", []),
         **{name: draft[name] for name in _EVENT_FIELDS},
     )
 
@@ -121,23 +126,39 @@ class FlushReport:
     published: list[PublishOutcome] = field(default_factory=list)
     failed: list[PublishOutcome] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # drafts of vacuums that never committed
-    waiting: list[str] = field(default_factory=list)  # drafts whose visibility transaction is still open
+    waiting: list[str] = field(default_factory=list)  # drafts whose commit is not decided yet (see DraftState.OPEN)
+    skipped: list[str] = field(default_factory=list)  # entries that could not be handled now, each logged once
+
+
+def _is_own_output(draft: dict[str, Any], location_child: str, fs: ArrowFileSystem) -> bool:
+    """The directory exists and is this vacuum's: its vacuum marker names the draft's event (a
+    directory without a marker, written before markers existed, counts by its name alone)."""
+    if not fs.exists(location_child):
+        return False
+    try:
+        with fs.arrow.open_input_stream(f"{location_child}/{VACUUM_MARKER}") as stream:
+            marker = VacuumMarker.parse(stream.read())
+    except (OSError, MarkerError):
+        return True
+    return marker.event_id == str(draft["event_id"])
 
 
 def _committed(draft: dict[str, Any]) -> bool:
     location = open_location(draft["location"])
-    return all(location.fs.exists(location.child(name)) for name in draft["new_directories"])
+    return all(_is_own_output(draft, location.child(name), location.fs) for name in draft["new_directories"])
 
 
 class DraftState(str, enum.Enum):
     COMMITTED = "committed"
     NEVER = "never"  # the vacuum did not commit and never will: drop the draft
-    OPEN = "open"  # a visibility-txn vacuum whose transaction is still open: ask again later
+    OPEN = "open"  # not decided yet (a transaction still open, a commit marker to finish): ask again later
 
 
 def _finish_draft(entry: OutboxEntry, metastore: Metastore) -> DraftState:
-    """Finish the rename of a draft's vacuum if its staging directory holds a commit marker, or ask
-    the metastore about a visibility-txn vacuum's transaction; then say whether it committed."""
+    """Whether a draft's vacuum committed. A rename whose staging directory still holds its commit
+    marker is left to the next vacuum of that table, which finishes (or sets aside) it under the
+    table's vacuum lock: finishing it here, without the lock, could commit it over another vacuum's
+    output. A visibility-txn vacuum is decided by its transaction."""
     txn_id = entry.draft.get("visibility_txn_id")
     if isinstance(txn_id, int):
         txns = ValidTxnList.from_string(metastore.valid_txn_list())
@@ -146,8 +167,10 @@ def _finish_draft(entry: OutboxEntry, metastore: Metastore) -> DraftState:
         return DraftState.NEVER if txns.is_txn_aborted(txn_id) else DraftState.OPEN
     location = open_location(entry.draft["location"])
     staging = entry.draft.get("staging_dir")
-    if staging and location.fs.exists(location.child(staging)):
-        recover_commits(location.fs.arrow, location.path)
+    if staging and read_marker(location.fs.arrow, location.child(staging)) is not None:
+        return DraftState.OPEN
+    if staging and location.fs.exists(f"{location.child(staging)}/{SET_ASIDE_MARKER}"):
+        return DraftState.NEVER  # set aside before any rename: fenced, collided or overtaken
     return DraftState.COMMITTED if _committed(entry.draft) else DraftState.NEVER
 
 
@@ -157,23 +180,38 @@ def flush_outbox(
     publisher: Publisher,
     on_outcome: Callable[[PublishOutcome], None] | None = None,
 ) -> FlushReport:
-    """Publish every event left in the outbox (see the module docstring of :mod:`.outbox`)."""
+    """Publish every event left in the outbox (see the module docstring of :mod:`.outbox`). An entry
+    that cannot be handled now (its storage or metastore answers an error) is skipped with one log
+    line and tried again next time: one table's leftover never stops the vacuum of another."""
     report = FlushReport()
     for entry in outbox.entries():
-        event = entry.event
-        if entry.state == DRAFT or event is None:
-            state = _finish_draft(entry, metastore)
-            if state is DraftState.OPEN:
-                report.waiting.append(entry.event_id)
-                continue
-            if state is DraftState.NEVER:
-                outbox.remove(entry.event_id)
-                report.dropped.append(entry.event_id)
-                continue
-            event = complete_event(entry.draft, metastore)
-            outbox.save_event(entry.draft, event)
-        outcome = publish_committed(entry.draft, event, publisher, outbox)
+        try:
+            outcome = _flush_entry(entry, outbox, metastore, publisher, report)
+        except (AcidCleanError, OSError, KeyError, ValueError) as error:
+            LOGGER.warning("outbox entry %s (%s) left for later: %s", entry.path, entry.draft.get("table", "?"), error)
+            report.skipped.append(entry.event_id)
+            continue
+        if outcome is None:
+            continue
         (report.published if outcome.published else report.failed).append(outcome)
         if on_outcome is not None:
             on_outcome(outcome)
     return report
+
+
+def _flush_entry(
+    entry: OutboxEntry, outbox: Outbox, metastore: Metastore, publisher: Publisher, report: FlushReport
+) -> PublishOutcome | None:
+    event = entry.event
+    if entry.state == DRAFT or event is None:
+        state = _finish_draft(entry, metastore)
+        if state is DraftState.OPEN:
+            report.waiting.append(entry.event_id)
+            return None
+        if state is DraftState.NEVER:
+            outbox.remove(entry.event_id)
+            report.dropped.append(entry.event_id)
+            return None
+        event = complete_event(entry.draft, metastore)
+        outbox.save_event(entry.draft, event)
+    return publish_committed(entry.draft, event, publisher, outbox)

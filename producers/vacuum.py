@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from acidclean.producers.acid_files import orc_codec
 from acidclean.producers.commit import (
+    CommitCollision,
     commit,
     finish_directories,
     recover_commits,
@@ -46,7 +47,8 @@ from acidclean.producers.commit import (
 )
 from acidclean.producers.commit_mode import CommitMode, choose_commit_mode
 from acidclean.producers.compact import BucketResult, bucket_tasks, input_row_type, needs_row_type
-from acidclean.producers.exclusion import ExclusionSettings, exclusive_vacuum
+from acidclean.producers.exclusion import ExclusionSettings, VacuumLock, exclusive_vacuum, register_vacuum_txn
+from acidclean.producers.late_commit import overlapping_outputs
 from acidclean.producers.outbox import Outbox
 from acidclean.producers.plan import (
     CompactionPlan,
@@ -74,6 +76,7 @@ from acidclean.shared.errors import (
     MetastoreError,
     TableNotFoundError,
     VacuumError,
+    VacuumFencedError,
     VacuumRefusedError,
 )
 from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
@@ -116,6 +119,7 @@ class VacuumResult:
     removed_staging: tuple[str, ...] = ()  # staging directories of vacuums that died while writing
     commit_mode: CommitMode = CommitMode.RENAME
     visibility_txn_id: int | None = None  # the transaction that committed a visibility-txn vacuum
+    overlapping_directories: tuple[str, ...] = ()  # another vacuum's output over the same ids (a late commit)
 
 
 def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
@@ -217,10 +221,10 @@ def run_vacuum(
     info = lookup_table(metastore, request.table, request.partition)
     db, table = split_table_name(request.table)
     if request.dry_run:
-        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier)
+        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier, None)
     # One vacuum per table or partition at a time, on any host; the loser writes nothing at all.
-    with exclusive_vacuum(metastore, db, table, info.partition, exclusion_settings(settings)):
-        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier)
+    with exclusive_vacuum(metastore, db, table, info.partition, exclusion_settings(settings)) as held:
+        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier, held)
 
 
 def exclusion_settings(settings: Settings) -> ExclusionSettings:
@@ -237,9 +241,17 @@ def _plan_and_vacuum(
     outbox: Outbox,
     progress: Progress,
     earlier: list[PublishOutcome],
+    held: VacuumLock | None,
 ) -> VacuumResult:
     location = open_location(info.location)
-    mode = choose_commit_mode(settings.vacuum_commit, metastore.kind, location_scheme(location.uri), location.uri)
+    mode = choose_commit_mode(
+        settings.vacuum_commit,
+        metastore.kind,
+        location_scheme(location.uri),
+        location.uri,
+        hive_version=getattr(metastore, "major_version", None),
+        v_readers_acknowledged=settings.vacuum_visibility_txn_on_hive3,
+    )
     removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
         refuse_while_hive_compacts(metastore, info)
@@ -286,7 +298,9 @@ def _plan_and_vacuum(
         )
     _connect_in_background(publisher)
     commit_with = _compact_and_commit if mode is CommitMode.RENAME else _compact_and_commit_txn
-    job = _Job(settings, metastore, location, info, spark(), publisher, outbox, progress, earlier, request.request_id)
+    job = _Job(
+        settings, metastore, location, info, spark(), publisher, outbox, progress, earlier, request.request_id, held
+    )
     result = commit_with(plan, job)
     return dataclasses.replace(result, removed_staging=removed_staging)
 
@@ -341,6 +355,13 @@ class _Job:
     progress: Progress
     earlier: list[PublishOutcome]
     request_id: str | None = None
+    held: VacuumLock | None = None  # the vacuum lock; None only for a dry run, which commits nothing
+
+    def fence(self, before: str) -> None:
+        """The last step before the commit: refuse unless the vacuum lock is still this vacuum's."""
+        if self.held is None:
+            raise VacuumFencedError(f"a vacuum without its vacuum lock cannot {before}")
+        self.held.ensure_held(before)
 
     def new_job_id(self) -> str:
         return f"{self.spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"
@@ -384,7 +405,12 @@ def _compact_and_commit(plan: CompactionPlan, job: _Job) -> VacuumResult:
 
     draft = _draft(plan, settings, location, produced, job_id, staging, request_id=job.request_id)
     outbox.save_draft(draft)  # from here on a crash cannot lose the event
-    commit(fs, location.path, staging_dir, produced, draft)
+    try:
+        commit(fs, location.path, staging_dir, produced, draft, fence=lambda: job.fence("rename its output into place"))
+    except (VacuumFencedError, CommitCollision):
+        outbox.remove(uuid.UUID(draft["event_id"]))  # set aside: this vacuum never commits
+        raise
+    draft["overlapping_directories"] = overlapping_outputs(metastore, location, plan.table, produced)
     event = complete_event(draft, metastore)  # the lock snapshot, taken after the rename
     outbox.save_event(draft, event)
     return _committed_result(job, plan, produced, results, started, job_id, draft, event)
@@ -420,6 +446,7 @@ def _committed_result(
         earlier=job.earlier,
         commit_mode=CommitMode.RENAME if visibility_txn_id is None else CommitMode.VISIBILITY_TXN,
         visibility_txn_id=visibility_txn_id,
+        overlapping_directories=tuple(event.overlapping_directories),
     )
 
 
@@ -437,6 +464,7 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
     job_id = job.new_job_id()
     fs = location.fs.arrow
     txn_id = metastore.open_txn()
+    register_vacuum_txn(metastore, job.info.db, job.info.table, job.info.partition, txn_id)
     with heartbeating(metastore, txn_id, settings.vacuum_lock_stale_s / 10):
         try:
             plan = with_visibility_txn(plan, txn_id, metastore.valid_txn_list())
@@ -453,8 +481,11 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
             )
             write_vacuum_markers(fs, location.path, produced, draft)
             outbox.save_draft(draft)  # from here on a crash cannot lose the event
+            job.fence(f"commit its transaction {txn_id}")
         except BaseException as error:
             _abort_quietly(metastore, txn_id)
+            if isinstance(error, VacuumFencedError):
+                outbox.remove(uuid.UUID(draft["event_id"]))  # T is aborted: this vacuum never commits
             if isinstance(error, AcidCleanError) or not isinstance(error, Exception):
                 raise
             raise VacuumError(
@@ -463,6 +494,7 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
                 "and the next vacuum's cleanup removes it"
             ) from error
         _commit_visibility_txn(metastore, txn_id, outbox, draft)
+    draft["overlapping_directories"] = overlapping_outputs(metastore, location, plan.table, produced)
     event = complete_event(draft, metastore)  # the lock snapshot, taken after T committed
     outbox.save_event(draft, event)
     return _committed_result(job, plan, produced, results, started, job_id, draft, event, txn_id)

@@ -74,6 +74,12 @@ class VacuumCommitted(EventBase):
         default=None,
         description="The event_id of the VacuumRequested this vacuum answers, or null when it was run by hand.",
     )
+    overlapping_directories: list[DirectoryName] = Field(
+        default_factory=list,
+        description="Directories of another vacuum that readers read together with this vacuum's output over "
+        "the same write ids, found right after the commit (a late commit: rows are read twice). Reported for "
+        "an operator; nothing is deleted because of it.",
+    )
 
     @model_validator(mode="after")
     def _correlation_is_own_id(self) -> VacuumCommitted:

@@ -76,3 +76,8 @@ class NothingToCompactError(VacuumRefusedError):
 
 class VacuumBusyError(VacuumRefusedError):
     """Another vacuum holds the table's or partition's vacuum lock: nothing was written; try later."""
+
+
+class VacuumFencedError(VacuumError):
+    """The vacuum no longer holds its vacuum lock (another vacuum took it over, or the metastore timed
+    it out): it made nothing visible; its staging directory is left for a later vacuum to remove."""

@@ -202,8 +202,15 @@ class Settings(BaseSettings):
         "auto",
         description="How a vacuum makes its output visible: rename (a staged directory renamed into place; atomic "
         "on HDFS and local disks), visibility-txn (write base_N_vT / delta_X_Y_vT and commit metastore "
-        "transaction T, as Hive 4's compactor does; needs Hive 3+), or auto: visibility-txn on object stores "
-        "(S3), rename elsewhere.",
+        "transaction T, as Hive 4's compactor does; behind Hive 3 only with vacuum_visibility_txn_on_hive3), or "
+        "auto: visibility-txn on object stores (S3) behind Hive 4, rename elsewhere (refused on an object store "
+        "behind Hive 2 or 3).",
+    )
+    vacuum_visibility_txn_on_hive3: bool = Field(
+        False,
+        description="Acknowledge that every reader of the vacuumed tables parses base_N_vT / delta_X_Y_vT although "
+        "the metastore is Hive 3 (Hive 3.1's own readers fail on them): needed for vacuum_commit=visibility-txn "
+        "behind a Hive 3 metastore.",
     )
     cleanup_bundle_min: int = Field(
         8,

@@ -144,9 +144,7 @@ def _load(directory: str, flags: _SnapshotFlags) -> _Loaded:
 
 @click.command(
     "acid-state",
-    epilog=examples(
-        "acidclean acid-state .stack/warehouse/sales.db/orders/ds=2026-11-23 --high-watermark 18 --open 19"
-    ),
+    epilog=examples("acidclean acid-state stack-warehouse/sales.db/orders/ds=2026-11-23 --high-watermark 18 --open 19"),
 )
 @click.argument("directory")
 @_snapshot_options
@@ -185,9 +183,9 @@ def _print_rows(rows: pa.Table, output_format: str) -> None:
 @click.command(
     "scan",
     epilog=examples(
-        "acidclean scan .stack/warehouse/sales.db/orders/ds=2026-11-22",
-        "acidclean scan .stack/warehouse/sales.db/orders/ds=2026-11-22 --count",
-        "acidclean scan .stack/warehouse/sales.db/orders/ds=2026-11-22 --format csv --with-row-id --columns id,amount",
+        "acidclean scan stack-warehouse/sales.db/orders/ds=2026-11-22",
+        "acidclean scan stack-warehouse/sales.db/orders/ds=2026-11-22 --count",
+        "acidclean scan stack-warehouse/sales.db/orders/ds=2026-11-22 --format csv --with-row-id --columns id,amount",
     ),
 )
 @click.argument("directory")

@@ -191,6 +191,11 @@ def _report_vacuum(result: VacuumResult, kind: MetastoreKind) -> bool:
         f"{result.files_written} files, {format_bytes(result.bytes_written)}"
     )
     click.echo(f"  obsolete now: {_names(plan.obsolete_after)}")
+    if result.overlapping_directories:
+        click.echo(
+            f"  late commit: {_names(result.overlapping_directories)} of another vacuum hold rows of the same write "
+            "ids, which readers now read twice; the event says so and nothing is deleted for it (docs/safety.md)"
+        )
     assert result.publish is not None
     locks = result.publish.event.lock_snapshot
     click.echo(f"  lock snapshot: {len(locks)} lock(s)" + "".join(f"\n    {lock.describe()}" for lock in locks))
@@ -466,11 +471,13 @@ def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Pa
         click.echo(f"dropped draft {event_id}: its vacuum never committed")
     for event_id in report.waiting:
         click.echo(
-            f"kept draft {event_id}: its vacuum's transaction is still open (the vacuum runs, or it died and the "
-            "metastore aborts the transaction once its heartbeats time out)"
+            f"kept draft {event_id}: its commit is not decided yet (a transaction still open, or a commit marker "
+            "the table's next vacuum finishes under its vacuum lock)"
         )
+    for event_id in report.skipped:
+        click.echo(f"kept {event_id}: it could not be handled now (see the log line above); tried again next time")
     click.echo(f"{len(report.published)} published, {len(report.failed)} still pending in {box.directory}")
-    if report.failed:
+    if report.failed or report.skipped:
         sys.exit(EXIT_NOT_PUBLISHED)
 
 

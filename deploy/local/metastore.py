@@ -45,6 +45,7 @@ from acidclean.deploy.local.process import (
     run_to_completion,
     start_service,
 )
+from acidclean.deploy.local.warehouse import local_warehouse
 from acidclean.shared.errors import StackError
 
 FLAVOURS = ("hive2", "hive3", "hive4")
@@ -193,7 +194,7 @@ def _layout(
     conf = home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     if warehouse_uri is None:
-        warehouse = (state_dir / "warehouse").resolve()
+        warehouse = local_warehouse(state_dir)
         warehouse.mkdir(parents=True, exist_ok=True)
         warehouse_uri = warehouse.as_uri()
     derby = (home / "metastore_db").resolve()
@@ -270,7 +271,8 @@ def start_metastore(
 ) -> tuple[StartedProcess, str]:
     """Start a metastore under ``state_dir/metastore``; returns the process and its thrift URI.
 
-    ``warehouse_uri`` (default: ``state_dir/warehouse`` on the local disk) may be an ``hdfs://`` or
+    ``warehouse_uri`` (default: a folder on the local disk that Hive 4 reads,
+    :func:`~acidclean.deploy.local.warehouse.local_warehouse`) may be an ``hdfs://`` or
     ``s3a://`` URI; ``extra_settings`` go into its site files and ``extra_classpath`` folders of jars
     (e.g. Hadoop's S3A client) onto its class path; with ``kerberos`` it requires Kerberos."""
     if flavour not in FLAVOURS:

@@ -32,6 +32,7 @@ from acidclean.deploy.local.process import (
     stop_process,
 )
 from acidclean.deploy.local.storage import StorageService, check_storage, start_storage
+from acidclean.deploy.local.warehouse import local_warehouse
 from acidclean.shared.errors import StackError
 
 STATE_FILE = "stack.json"
@@ -266,7 +267,7 @@ def stack_up(
         kafka=_service(kafka_process, bootstrap),
         metastore=_service(metastore_process, uri),
         metastore_flavour=metastore_flavour,
-        warehouse=service.warehouse_uri or str(state_dir / "warehouse"),
+        warehouse=service.warehouse_uri or str(local_warehouse(state_dir)),
         started_at=started,
         storage=storage,
         storage_service=_service(service.process, service.address) if service.process else None,
@@ -304,19 +305,30 @@ def stop_stack(state_dir: Path, keep_state: bool = False, forget: bool = False) 
     state_dir = state_dir.resolve()
     stopped: list[str] = []
     left_alone: list[str] = []
+    recorded: StackInfo | None = None
     if forget:
         if not _is_stack_dir(state_dir):
             (state_dir / STATE_FILE).unlink(missing_ok=True)
     else:
-        info = read_state(state_dir)
-        for service in reversed(info.services if info is not None else ()):
+        recorded = read_state(state_dir)
+        for service in reversed(recorded.services if recorded is not None else ()):
             if process_replaced(service.pid, service.start_time):
                 left_alone.append(replaced_note(service))
             elif stop_process(service.pid, service.name, start_time=service.start_time):
                 stopped.append(f"{service.name} (pid {service.pid})")
     if not keep_state and _is_stack_dir(state_dir):
+        if recorded is not None:
+            _remove_warehouse_beside(state_dir, recorded.warehouse)
         shutil.rmtree(state_dir, ignore_errors=True)
     return StackDown(stopped, left_alone)
+
+
+def _remove_warehouse_beside(state_dir: Path, recorded: str) -> None:
+    """Remove the stack's local warehouse when it lies outside the state directory (as the state
+    directory's own ``warehouse`` goes with it): only the folder this stack recorded and would choose."""
+    warehouse = local_warehouse(state_dir)
+    if Path(recorded) == warehouse and state_dir not in warehouse.parents:
+        shutil.rmtree(warehouse, ignore_errors=True)
 
 
 def stack_down(state_dir: Path, keep_state: bool = False) -> list[str]:

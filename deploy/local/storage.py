@@ -24,7 +24,7 @@ class StorageService:
     """A started storage service (or the local disk) and what the metastore and clients need of it."""
 
     kind: str
-    warehouse_uri: str | None  # None: the metastore's default, state_dir/warehouse on the local disk
+    warehouse_uri: str | None  # None: the metastore's default, local_warehouse(state_dir) on the local disk
     address: str = ""
     process: StartedProcess | None = None
     environment: dict[str, str] = field(default_factory=dict)

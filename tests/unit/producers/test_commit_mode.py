@@ -26,10 +26,36 @@ HDFS = "hdfs://nn:8020/warehouse/sales.db/orders"
         ("auto", "abfss", "abfss://c@a.dfs.core.windows.net/t", CommitMode.VISIBILITY_TXN),
     ],
 )
-def test_auto_commits_through_a_transaction_only_on_object_stores(
+def test_auto_commits_through_a_transaction_only_on_object_stores_behind_hive4(
     setting: str, scheme: str, location: str, expected: CommitMode
 ) -> None:
-    assert choose_commit_mode(setting, MetastoreKind.HIVE3, scheme, location) is expected
+    assert choose_commit_mode(setting, MetastoreKind.HIVE3, scheme, location, hive_version=4) is expected
+
+
+@pytest.mark.rule10
+@pytest.mark.parametrize("hive_version", [3, None])
+def test_auto_never_writes_v_t_behind_a_hive3_metastore(hive_version: int | None) -> None:
+    assert choose_commit_mode("auto", MetastoreKind.HIVE3, "hdfs", HDFS, hive_version=hive_version) is CommitMode.RENAME
+    with pytest.raises(VacuumRefusedError) as refused:
+        choose_commit_mode("auto", MetastoreKind.HIVE3, "s3", S3, hive_version=hive_version)
+    message = str(refused.value)
+    assert "\n" not in message and "NumberFormatException" in message
+    assert "vacuum_commit=visibility-txn and vacuum_visibility_txn_on_hive3=true" in message
+    # Not even with the acknowledgement: auto never chooses _vT behind Hive 3; only an explicit choice does.
+    with pytest.raises(VacuumRefusedError):
+        choose_commit_mode("auto", MetastoreKind.HIVE3, "s3", S3, hive_version=3, v_readers_acknowledged=True)
+
+
+@pytest.mark.rule10
+def test_an_explicit_transaction_commit_behind_hive3_needs_the_acknowledgement() -> None:
+    with pytest.raises(VacuumRefusedError, match="vacuum_visibility_txn_on_hive3=true only if every reader"):
+        choose_commit_mode("visibility-txn", MetastoreKind.HIVE3, "s3", S3, hive_version=3)
+    with pytest.raises(VacuumRefusedError, match="Hive 3's readers cannot parse"):
+        choose_commit_mode("visibility-txn", MetastoreKind.HIVE3, "hdfs", HDFS, hive_version=3)
+    acknowledged = choose_commit_mode(
+        "visibility-txn", MetastoreKind.HIVE3, "s3", S3, hive_version=3, v_readers_acknowledged=True
+    )
+    assert acknowledged is CommitMode.VISIBILITY_TXN
 
 
 def test_an_object_store_behind_a_hive2_metastore_is_refused_rather_than_risk_a_torn_base() -> None:
@@ -39,12 +65,12 @@ def test_an_object_store_behind_a_hive2_metastore_is_refused_rather_than_risk_a_
 
 def test_rename_on_an_object_store_is_refused_even_when_asked_for() -> None:
     with pytest.raises(VacuumRefusedError, match="copy of every object and then a delete"):
-        choose_commit_mode("rename", MetastoreKind.HIVE3, "s3", S3)
+        choose_commit_mode("rename", MetastoreKind.HIVE3, "s3", S3, hive_version=4)
 
 
 def test_a_transaction_commit_asked_for_on_hive2_is_refused() -> None:
     with pytest.raises(VacuumRefusedError, match="visibility-txn was asked for"):
-        choose_commit_mode("visibility-txn", MetastoreKind.HIVE2, "hdfs", HDFS)
+        choose_commit_mode("visibility-txn", MetastoreKind.HIVE2, "hdfs", HDFS, v_readers_acknowledged=True)
 
 
 def test_as_committed_makes_only_that_transaction_valid() -> None:
