@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -53,16 +53,22 @@ def vacuum_lock_component(db: str, table: str, partition: str | None) -> LockReq
     )
 
 
-def _holders(metastore: Metastore, component: LockRequestComponent, own: int) -> list[LockInfo]:
-    locks = metastore.show_locks(component.db, component.table)
-    return [
-        lock
-        for lock in locks
-        if lock.lock_id != own
-        and lock.state == "ACQUIRED"
-        and (lock.table or "").lower() == (component.table or "").lower()
-        and lock_covers_partition(lock.partition, component.partition)
-    ]
+def _holders(metastore: Metastore, components: Sequence[LockRequestComponent], own: int) -> list[LockInfo]:
+    found: dict[int, LockInfo] = {}
+    for db, table in dict.fromkeys((component.db, component.table) for component in components):
+        for lock in metastore.show_locks(db, table):
+            if (
+                lock.lock_id != own
+                and lock.state == "ACQUIRED"
+                and (lock.table or "").lower() == (table or "").lower()
+                and any(
+                    (component.table or "").lower() == (table or "").lower()
+                    and lock_covers_partition(lock.partition, component.partition)
+                    for component in components
+                )
+            ):
+                found.setdefault(lock.lock_id, lock)
+    return list(found.values())
 
 
 def _describe(lock: LockInfo) -> str:
@@ -91,14 +97,16 @@ def _release_stale(metastore: Metastore, holders: list[LockInfo], stale_s: float
     return released
 
 
-def _acquire(metastore: Metastore, component: LockRequestComponent, settings: ExclusionSettings, where: str) -> int:
-    result = metastore.lock([component])
+def _acquire(
+    metastore: Metastore, components: Sequence[LockRequestComponent], settings: ExclusionSettings, where: str
+) -> int:
+    result = metastore.lock(components)
     deadline = time.monotonic() + settings.wait_s
     stale_checked = False
     while not result.acquired:
         if result.state != "WAITING":
             raise MetastoreError(f"the vacuum lock of {where} was not granted: state {result.state}")
-        holders = _holders(metastore, component, result.lock_id)
+        holders = _holders(metastore, components, result.lock_id)
         if not stale_checked and _release_stale(metastore, holders, settings.stale_s, where):
             stale_checked = True
         elif time.monotonic() > deadline:
@@ -120,12 +128,15 @@ def exclusive_vacuum(
     table: str,
     partition: str | None,
     settings: ExclusionSettings | None = None,
+    also: Sequence[LockRequestComponent] = (),
+    where_also: str = "",
 ) -> Iterator[int]:
-    """Hold the vacuum lock of ``db.table`` (``partition``) for the ``with`` block; yields its id.
-    Raises :class:`VacuumBusyError` (a refusal) naming the holder when another vacuum keeps it past the wait."""
+    """Hold the vacuum lock of ``db.table`` (``partition``), and ``also`` in the same request (the other
+    names of its directory, :mod:`acidclean.producers.shared_locations`), for the ``with`` block; yields
+    its id. Raises :class:`VacuumBusyError` (a refusal) naming the holder when another vacuum keeps it past the wait."""
     settings = settings or ExclusionSettings()
-    where = f"{db}.{table}" + (f" partition {partition}" if partition else "")
-    lock_id = _acquire(metastore, vacuum_lock_component(db, table, partition), settings, where)
+    where = f"{db}.{table}" + (f" partition {partition}" if partition else "") + where_also
+    lock_id = _acquire(metastore, [vacuum_lock_component(db, table, partition), *also], settings, where)
     stop = threading.Event()
 
     # Beat well within the stale limit, or a live vacuum's lock would look dead to the next one.

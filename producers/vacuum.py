@@ -64,6 +64,7 @@ from acidclean.producers.publish import (
     flush_outbox,
     publish_committed,
 )
+from acidclean.producers.shared_locations import describe_sharers, shared_vacuum_locks, sharers_of
 from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
 from acidclean.schemas.events import VacuumCommitted
@@ -218,8 +219,11 @@ def run_vacuum(
     db, table = split_table_name(request.table)
     if request.dry_run:
         return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier)
-    # One vacuum per table or partition at a time, on any host; the loser writes nothing at all.
-    with exclusive_vacuum(metastore, db, table, info.partition, exclusion_settings(settings)):
+    # One vacuum per directory at a time, on any host, whichever of its names it was asked for (rule 8);
+    # the loser writes nothing at all.
+    sharers = sharers_of(metastore, info)
+    also, where_also = shared_vacuum_locks(sharers), describe_sharers(sharers)
+    with exclusive_vacuum(metastore, db, table, info.partition, exclusion_settings(settings), also, where_also):
         return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier)
 
 

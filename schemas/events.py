@@ -21,6 +21,7 @@ from acidclean.schemas.common import (
     LockSnapshotEntry,
     NonEmpty,
     PartitionSpec,
+    SharedLocation,
     StrictModel,
     TableName,
     UtcDatetime,
@@ -73,6 +74,13 @@ class VacuumCommitted(EventBase):
     request_id: uuid.UUID | None = Field(
         default=None,
         description="The event_id of the VacuumRequested this vacuum answers, or null when it was run by hand.",
+    )
+    shared_locations: list[SharedLocation] | None = Field(
+        default=None,
+        max_length=10000,
+        description="The other tables and partitions whose location is this directory or lies inside or around "
+        "it, when the vacuum committed (safety rule 8); their locks are in the lock snapshot too. Null when "
+        "none (and in events of vacuums that did not resolve them).",
     )
 
     @model_validator(mode="after")

@@ -393,6 +393,13 @@ class HiveMetastore:
     def list_partitions(self, db: str, table: str) -> list[str]:
         return list(self._call(f"get_partition_names({db}.{table})", lambda c: c.get_partition_names(db, table, -1)))
 
+    def partition_locations(self, table: TableInfo) -> dict[str, str]:
+        """Every partition of ``table`` by the metastore's name, with its location, in one call."""
+        found = self._call(
+            f"get_partitions({table.db}.{table.table})", lambda c: c.get_partitions(table.db, table.table, -1)
+        )
+        return {make_partition_name(table.partition_keys, part.values): part.sd.location or "" for part in found or []}
+
     # transactions and write ids ---------------------------------------------------------------------
 
     def open_txn(self) -> int:
