@@ -153,7 +153,7 @@ class CleanerMetastore(Protocol):
 
     def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo: ...
 
-    def get_all_tables(self, db: str) -> list[str]: ...
+    def partitions_located(self, table: TableInfo, names: Sequence[str]) -> dict[str, str]: ...
 
     def partition_locations(self, table: TableInfo) -> dict[str, str]: ...
 
@@ -2321,8 +2321,11 @@ class CleanupHandler:
         refusal = check_markers(vacuum, markers)
         if refusal is not None:
             return self._refuse(work, processed, refusal, locks)
-        try:  # rule 8: the directory's other names, asked again now
-            shared = directory_locks(metastore, table, vacuum, locks.current_locks, self._count_metastore_call)
+        committed_by = _committed_by(vacuum, markers)
+        try:  # rule 8: the directory's other names and their locks
+            shared = directory_locks(
+                metastore, table, vacuum, locks.current_locks, committed_by, self._count_metastore_call
+            )
         except MetastoreError as error:
             return self._fail_closed(
                 processed, f"metastore lookup of the directory's other names failed: {error}", locks
@@ -2331,7 +2334,7 @@ class CleanupHandler:
             vacuum.lock_snapshot,
             locks.current_locks,
             vacuum.partition,
-            _committed_by(vacuum, markers),
+            committed_by,
             shared_locks=shared.locks,
             sharers=shared.sharers,
         )

@@ -153,6 +153,37 @@ def locks_missing_from_snapshot(
     return tuple(found.values())
 
 
+def lock_names_to_locate(
+    snapshot: Sequence[LockSnapshotEntry],
+    current_locks: Iterable[LockInfo],
+    partition: str | None,
+    committed_by: datetime,
+    sharers: Sequence[SharedLocation] = (),
+) -> tuple[str, ...]:
+    """The other partitions of the vacuum's table (in ``current_locks``, its lock list) whose location
+    rule 8 needs at clean time: each holds a lock acquired by ``committed_by`` that the snapshot does not
+    list, and is neither the vacuum's partition (in any spelling) nor one of the ``sharers`` already
+    known. Only such a lock could be a reader of the directory that the snapshot missed, so the cleaner
+    asks the metastore where these partitions are, and nothing when there are none. Sorted, once each."""
+    listed = {entry.lock_id for entry in snapshot}
+    limit_ms = committed_by.timestamp() * 1000
+    return tuple(
+        sorted(
+            {
+                lock.partition
+                for lock in current_locks
+                if lock.partition is not None
+                and partition is not None
+                and lock.lock_id not in listed
+                and lock.acquired_at_ms is not None
+                and lock.acquired_at_ms <= limit_ms
+                and not lock_covers_partition(lock.partition, partition)
+                and not on_shared_location(lock, sharers)
+            }
+        )
+    )
+
+
 def table_locks(all_locks: Iterable[LockInfo], table: str) -> list[LockInfo]:
     """The locks of one table (and its partitions) in an unfiltered show_locks, matched without case."""
     db, name = lock_scope(table)

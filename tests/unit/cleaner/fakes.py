@@ -260,13 +260,18 @@ class FakeMetastore:
                 return tuple(pair.split("=")[0] for pair in partition.split("/"))
         return ()
 
-    def partition_locations(self, table: TableInfo) -> dict[str, str]:
-        self._call("get_partitions")
+    def partition_locations(self, table: TableInfo, count: bool = True) -> dict[str, str]:
+        if count:
+            self._call("get_partitions")
         return {
             partition: location
             for (table_db, name, partition), location in self.tables.items()
             if (table_db, name) == (table.db, table.table) and partition is not None
         }
+
+    def partitions_located(self, table: TableInfo, names: Sequence[str]) -> dict[str, str]:
+        self._call("get_partitions_by_names")
+        return {name: where for name, where in self.partition_locations(table, count=False).items() if name in names}
 
     def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo:
         if partition is None:
