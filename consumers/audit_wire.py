@@ -111,6 +111,12 @@ class WireLock(_Strict, frozen=True):
         )
 
 
+class WireSharedLocation(_Strict, frozen=True):
+    table: Annotated[str, msgspec.Meta(pattern=_anchored(TABLE_PATTERN), max_length=257)]
+    location: NonEmpty
+    partition: Annotated[str, msgspec.Meta(pattern=_anchored(PARTITION_PATTERN), max_length=4096)] | None = None
+
+
 class WireDirectory(_Strict, frozen=True):
     name: DirectoryName
     file_count: NonNegative
@@ -154,6 +160,7 @@ class WireVacuumCommitted(_WireEvent, kw_only=True, frozen=True):
     next_txn_id: Positive | None = None
     request_id: Uuid | None = None
     overlapping_directories: list[DirectoryName] = []
+    shared_locations: Annotated[list[WireSharedLocation], msgspec.Meta(max_length=10000)] | None = None
 
     def ids(self) -> str:
         return self.event_id + (self.causation_id or "") + (self.request_id or "")  # correlation_id must equal it

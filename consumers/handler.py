@@ -64,6 +64,7 @@ from acidclean.consumers.scheduling import (
     runs_due_together,
     vacuum_of,
 )
+from acidclean.consumers.shared_directory import directory_locks
 from acidclean.consumers.waiting import (
     EntryFacts,
     GroupOut,
@@ -151,6 +152,10 @@ class CleanerMetastore(Protocol):
     def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]: ...
 
     def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo: ...
+
+    def partitions_located(self, table: TableInfo, names: Sequence[str]) -> dict[str, str]: ...
+
+    def partition_locations(self, table: TableInfo) -> dict[str, str]: ...
 
     def valid_write_ids_of(self, tables: Sequence[tuple[str, str]], txn_list: str) -> list[str]: ...
 
@@ -2316,15 +2321,29 @@ class CleanupHandler:
         refusal = check_markers(vacuum, markers)
         if refusal is not None:
             return self._refuse(work, processed, refusal, locks)
+        committed_by = _committed_by(vacuum, markers)
+        try:  # rule 8: the directory's other names and their locks
+            shared = directory_locks(
+                metastore, table, vacuum, locks.current_locks, committed_by, self._count_metastore_call
+            )
+        except MetastoreError as error:
+            return self._fail_closed(
+                processed, f"metastore lookup of the directory's other names failed: {error}", locks
+            )
         unlisted = locks_missing_from_snapshot(
-            vacuum.lock_snapshot, locks.current_locks, vacuum.partition, _committed_by(vacuum, markers)
+            vacuum.lock_snapshot,
+            locks.current_locks,
+            vacuum.partition,
+            committed_by,
+            shared_locks=shared.locks,
+            sharers=shared.sharers,
         )
         if unlisted:
             # Never expected: a snapshot that misses a reader is a bug or a bad event. Wait for it.
             held = tuple(snapshot_entry(lock) for lock in unlisted)
             reason = (
                 f"lock(s) {', '.join(str(lock.lock_id) for lock in unlisted)} acquired before the vacuum committed "
-                "are missing from its lock snapshot; waiting for them too"
+                "are missing from its lock snapshot, or are on another name of its directory; waiting for them too"
             )
             log(
                 LOGGER,
@@ -2357,6 +2376,9 @@ class CleanupHandler:
             return fetched
         self._metrics.metastore_calls.labels("get_partition").inc()
         return metastore.partition_info(fetched, partition)
+
+    def _count_metastore_call(self, call: str) -> None:
+        self._metrics.metastore_calls.labels(call).inc()
 
     def _fail_closed(self, processed: VacuumCommitted | DelayEnvelope, reason: str, locks: TableLockCheck) -> Outcome:
         """Rule 1's fail-closed answer: something could not be asked or listed, so nothing is deleted

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -68,11 +68,17 @@ def vacuum_txn_component(db: str, table: str, partition: str | None) -> LockRequ
     )
 
 
-def register_vacuum_txn(metastore: Metastore, db: str, table: str, partition: str | None, txn_id: int) -> None:
-    """Register transaction ``txn_id`` as the running vacuum's, so that a takeover aborts it. Best
-    effort: without it the last lock check still fences the commit, with the window it leaves."""
+def register_vacuum_txn(metastore: Metastore, held: VacuumLock, txn_id: int) -> None:
+    """Register transaction ``txn_id`` as the running vacuum's, on every name its vacuum lock holds,
+    so that a takeover through any of them aborts it (only the holder of a name's vacuum lock can
+    have registered on that name). Best effort: without it the last lock check still fences the
+    commit, with the window it leaves."""
+    components = [
+        vacuum_txn_component(c.db, (c.table or "").removesuffix(VACUUM_LOCK_SUFFIX), c.partition)
+        for c in held.components
+    ]
     try:
-        metastore.lock([vacuum_txn_component(db, table, partition)], txn_id=txn_id)
+        metastore.lock(components, txn_id=txn_id)
     except MetastoreError as error:
         LOGGER.warning("could not register the vacuum's transaction %s for takeovers: %s", txn_id, error)
 
@@ -91,15 +97,24 @@ def _abort_registered_txns(metastore: Metastore, component: LockRequestComponent
 
 
 def _holders(metastore: Metastore, component: LockRequestComponent, own: int) -> list[LockInfo]:
-    locks = metastore.show_locks(component.db, component.table)
+    """The locks other than ``own`` that hold ``component``'s resource."""
     return [
         lock
-        for lock in locks
+        for lock in metastore.show_locks(component.db, component.table)
         if lock.lock_id != own
         and lock.state == "ACQUIRED"
         and (lock.table or "").lower() == (component.table or "").lower()
         and lock_covers_partition(lock.partition, component.partition)
     ]
+
+
+def _all_holders(metastore: Metastore, components: Sequence[LockRequestComponent], own: int) -> list[LockInfo]:
+    """The locks other than ``own`` holding any of ``components``, one per lock id."""
+    found: dict[int, LockInfo] = {}
+    for component in components:
+        for lock in _holders(metastore, component, own):
+            found.setdefault(lock.lock_id, lock)
+    return list(found.values())
 
 
 def _describe(lock: LockInfo) -> str:
@@ -120,13 +135,28 @@ def _metastore_now_ms(metastore: Metastore, component: LockRequestComponent, own
 
 
 def _release_stale(
-    metastore: Metastore, component: LockRequestComponent, own: int, judge: TakeoverJudge, where: str
+    metastore: Metastore, components: Sequence[LockRequestComponent], own: int, judge: TakeoverJudge, where: str
 ) -> bool:
     """Release holders silent for longer than the stale limit by one clock (:mod:`.takeover`); True if
     any was released."""
+    released = False
+    now_ms = _metastore_now_ms(metastore, components[0], own)
+    for component in components:
+        released = _release_stale_of(metastore, component, own, judge, now_ms, where) or released
+    return released
+
+
+def _release_stale_of(
+    metastore: Metastore,
+    component: LockRequestComponent,
+    own: int,
+    judge: TakeoverJudge,
+    now_ms: int | None,
+    where: str,
+) -> bool:
     holders = _holders(metastore, component, own)
     released = False
-    for silence in judge.stale(holders, _metastore_now_ms(metastore, component, own), time.monotonic()):
+    for silence in judge.stale(holders, now_ms, time.monotonic()):
         LOGGER.warning(
             "releasing the vacuum lock of %s: %s sent no heartbeat for %.0f s (by the %s clock)",
             where,
@@ -143,15 +173,17 @@ def _release_stale(
     return released
 
 
-def _acquire(metastore: Metastore, component: LockRequestComponent, settings: ExclusionSettings, where: str) -> int:
-    result = metastore.lock([component])
+def _acquire(
+    metastore: Metastore, components: Sequence[LockRequestComponent], settings: ExclusionSettings, where: str
+) -> int:
+    result = metastore.lock(components)
     deadline = time.monotonic() + settings.wait_s
     judge = TakeoverJudge(settings.stale_s)
     while not result.acquired:
         if result.state != "WAITING":
             raise MetastoreError(f"the vacuum lock of {where} was not granted: state {result.state}")
-        if not _release_stale(metastore, component, result.lock_id, judge, where) and time.monotonic() > deadline:
-            holders = _holders(metastore, component, result.lock_id)
+        if not _release_stale(metastore, components, result.lock_id, judge, where) and time.monotonic() > deadline:
+            holders = _all_holders(metastore, components, result.lock_id)
             metastore.unlock(result.lock_id)  # leave nothing behind
             who = "; ".join(_describe(lock) for lock in holders) or "another vacuum"
             raise VacuumBusyError(
@@ -173,10 +205,13 @@ class VacuumLock:
     """A held vacuum lock, and the fence of the vacuum's commit: :meth:`ensure_held` is the last step
     before a vacuum makes its output visible (docs/design.md section 7, rule 7)."""
 
-    def __init__(self, metastore: Metastore, lock_id: int, where: str) -> None:
+    def __init__(
+        self, metastore: Metastore, lock_id: int, where: str, components: Sequence[LockRequestComponent] = ()
+    ) -> None:
         self.metastore = metastore
         self.lock_id = lock_id
         self.where = where
+        self.components = tuple(components)  # every name the lock holds: the vacuum's own first
         self._lost: str | None = None
 
     @property
@@ -227,14 +262,18 @@ def exclusive_vacuum(
     table: str,
     partition: str | None,
     settings: ExclusionSettings | None = None,
+    also: Sequence[LockRequestComponent] = (),
+    where_also: str = "",
 ) -> Iterator[VacuumLock]:
-    """Hold the vacuum lock of ``db.table`` (``partition``) for the ``with`` block; yields it (its
-    :meth:`VacuumLock.ensure_held` fences the commit). Raises :class:`VacuumBusyError` (a refusal)
-    naming the holder when another vacuum keeps it past the wait."""
+    """Hold the vacuum lock of ``db.table`` (``partition``), and ``also`` in the same request (the other
+    names of its directory, :mod:`acidclean.producers.shared_locations`), for the ``with`` block;
+    yields it (its :meth:`VacuumLock.ensure_held` fences the commit). Raises :class:`VacuumBusyError`
+    (a refusal) naming the holder when another vacuum keeps it past the wait."""
     settings = settings or ExclusionSettings()
-    where = f"{db}.{table}" + (f" partition {partition}" if partition else "")
-    lock_id = _acquire(metastore, vacuum_lock_component(db, table, partition), settings, where)
-    held = VacuumLock(metastore, lock_id, where)
+    where = f"{db}.{table}" + (f" partition {partition}" if partition else "") + where_also
+    components = [vacuum_lock_component(db, table, partition), *also]
+    lock_id = _acquire(metastore, components, settings, where)
+    held = VacuumLock(metastore, lock_id, where, components)
     stop = threading.Event()
 
     # Beat well within the stale limit, or a live vacuum's lock would look dead to the next one.

@@ -27,6 +27,7 @@ from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import Delivery, EventBus
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import AcidCleanError
+from acidclean.shared.location_sharing import resolve_sharers
 from acidclean.shared.metastore import Metastore, split_table_name
 from acidclean.shared.settings import Settings
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, MarkerError, VacuumMarker
@@ -47,9 +48,11 @@ _EVENT_FIELDS = (
 
 
 def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitted:
-    """The event of a committed vacuum: its draft plus the locks held now."""
+    """The event of a committed vacuum: its draft plus the locks held now, on its own name and on every
+    other name of its directory (rule 8), resolved after the rename like the locks."""
     db, table = split_table_name(draft["table"])
-    snapshot = lock_snapshot(metastore, db, table, draft["partition"])
+    sharers = resolve_sharers(metastore, db, table, draft["partition"], draft["location"])
+    snapshot = lock_snapshot(metastore, db, table, draft["partition"], sharers)
     request_id = draft.get("request_id")
     return VacuumCommitted(
         event_id=uuid.UUID(draft["event_id"]),
@@ -60,6 +63,7 @@ def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitt
         next_txn_id=ValidTxnList.from_string(metastore.valid_txn_list()).high_watermark + 1,
         request_id=uuid.UUID(request_id) if request_id else None,
         overlapping_directories=draft.get("overlapping_directories", []),
+        shared_locations=list(sharers) or None,
         **{name: draft[name] for name in _EVENT_FIELDS},
     )
 

@@ -66,6 +66,7 @@ from acidclean.producers.publish import (
     flush_outbox,
     publish_committed,
 )
+from acidclean.producers.shared_locations import describe_sharers, shared_vacuum_locks, sharers_of
 from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
 from acidclean.schemas.events import VacuumCommitted
@@ -222,8 +223,12 @@ def run_vacuum(
     db, table = split_table_name(request.table)
     if request.dry_run:
         return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier, None)
-    # One vacuum per table or partition at a time, on any host; the loser writes nothing at all.
-    with exclusive_vacuum(metastore, db, table, info.partition, exclusion_settings(settings)) as held:
+    # One vacuum per directory at a time, on any host, whichever of its names it was asked for (rule 8);
+    # the loser writes nothing at all.
+    sharers = sharers_of(metastore, info)
+    also, where_also = shared_vacuum_locks(sharers), describe_sharers(sharers)
+    exclusion = exclusion_settings(settings)
+    with exclusive_vacuum(metastore, db, table, info.partition, exclusion, also, where_also) as held:
         return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier, held)
 
 
@@ -464,7 +469,8 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
     job_id = job.new_job_id()
     fs = location.fs.arrow
     txn_id = metastore.open_txn()
-    register_vacuum_txn(metastore, job.info.db, job.info.table, job.info.partition, txn_id)
+    if job.held is not None:
+        register_vacuum_txn(metastore, job.held, txn_id)
     with heartbeating(metastore, txn_id, settings.vacuum_lock_stale_s / 10):
         try:
             plan = with_visibility_txn(plan, txn_id, metastore.valid_txn_list())

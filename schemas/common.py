@@ -120,6 +120,17 @@ class EventBase(StrictModel):
         return event_key(self.tenant, self.table, self.partition)
 
 
+class SharedLocation(StrictModel):
+    """Another table or partition whose location is the vacuum's directory or lies inside or around it
+    (safety rule 8): its readers' locks count as locks on the vacuum's directory."""
+
+    table: TableName = Field(description="The table, as db.table (lower case).")
+    partition: PartitionSpec | None = Field(
+        default=None, description="The metastore's name of the partition, or null for the table itself."
+    )
+    location: NonEmpty = Field(description="Its location as the metastore stores it.")
+
+
 class LockSnapshotEntry(StrictModel):
     """One lock as the metastore's ``show_locks`` listed it."""
 

@@ -21,6 +21,7 @@ from acidclean.schemas.common import (
     LockSnapshotEntry,
     NonEmpty,
     PartitionSpec,
+    SharedLocation,
     StrictModel,
     TableName,
     UtcDatetime,
@@ -79,6 +80,13 @@ class VacuumCommitted(EventBase):
         description="Directories of another vacuum that readers read together with this vacuum's output over "
         "the same write ids, found right after the commit (a late commit: rows are read twice). Reported for "
         "an operator; nothing is deleted because of it.",
+    )
+    shared_locations: list[SharedLocation] | None = Field(
+        default=None,
+        max_length=10000,
+        description="The other tables and partitions whose location is this directory or lies inside or around "
+        "it, when the vacuum committed (safety rule 8); their locks are in the lock snapshot too. Null when "
+        "none (and in events of vacuums that did not resolve them).",
     )
 
     @model_validator(mode="after")

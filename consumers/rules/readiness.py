@@ -36,10 +36,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.schemas.common import LockSnapshotEntry, SharedLocation
 from acidclean.shared.acid.names import parse_directory_name
 from acidclean.shared.acid.partition_names import lock_covers_partition
 from acidclean.shared.errors import AcidLayoutError
+from acidclean.shared.location_sharing import on_shared_location
 from acidclean.shared.metastore import LockInfo, split_table_name
 
 
@@ -148,20 +149,65 @@ def locks_missing_from_snapshot(
     current_locks: Iterable[LockInfo],
     partition: str | None,
     committed_by: datetime,
+    *,
+    shared_locks: Iterable[LockInfo] = (),
+    sharers: Sequence[SharedLocation] = (),
 ) -> tuple[LockInfo, ...]:
     """Locks on the table (or on ``partition``) acquired by ``committed_by`` and still held, that the
     snapshot does not list. Any such reader may have listed before the commit: a snapshot that misses
     it is incomplete (a lost or forged event, a partition name spelled another way), and the cleanup
-    waits for it too. Waiting locks have not listed yet; they do not count."""
+    waits for it too. Waiting locks have not listed yet; they do not count.
+
+    Locks are about directories, not names (rule 8): ``sharers`` are the other tables and partitions
+    whose location overlaps the vacuum's directory, ``shared_locks`` the locks of their tables. A lock on
+    one of them counts the same way, and so does a snapshot lock on one of them still listed: the
+    readiness check lists only the vacuum's own table, so it would find such a lock released."""
+    listed = {entry.lock_id for entry in snapshot}
+    limit_ms = committed_by.timestamp() * 1000
+
+    def acquired_before_commit(lock: LockInfo) -> bool:
+        return lock.lock_id not in listed and lock.acquired_at_ms is not None and lock.acquired_at_ms <= limit_ms
+
+    found = {
+        lock.lock_id: lock
+        for lock in current_locks
+        if acquired_before_commit(lock) and lock_covers_partition(lock.partition, partition)
+    }
+    for lock in shared_locks:
+        held = lock.lock_id in listed or acquired_before_commit(lock)
+        if held and lock.lock_id not in found and on_shared_location(lock, sharers):
+            found[lock.lock_id] = lock
+    return tuple(found.values())
+
+
+def lock_names_to_locate(
+    snapshot: Sequence[LockSnapshotEntry],
+    current_locks: Iterable[LockInfo],
+    partition: str | None,
+    committed_by: datetime,
+    sharers: Sequence[SharedLocation] = (),
+) -> tuple[str, ...]:
+    """The other partitions of the vacuum's table (in ``current_locks``, its lock list) whose location
+    rule 8 needs at clean time: each holds a lock acquired by ``committed_by`` that the snapshot does not
+    list, and is neither the vacuum's partition (in any spelling) nor one of the ``sharers`` already
+    known. Only such a lock could be a reader of the directory that the snapshot missed, so the cleaner
+    asks the metastore where these partitions are, and nothing when there are none. Sorted, once each."""
     listed = {entry.lock_id for entry in snapshot}
     limit_ms = committed_by.timestamp() * 1000
     return tuple(
-        lock
-        for lock in current_locks
-        if lock.lock_id not in listed
-        and lock.acquired_at_ms is not None
-        and lock.acquired_at_ms <= limit_ms
-        and lock_covers_partition(lock.partition, partition)
+        sorted(
+            {
+                lock.partition
+                for lock in current_locks
+                if lock.partition is not None
+                and partition is not None
+                and lock.lock_id not in listed
+                and lock.acquired_at_ms is not None
+                and lock.acquired_at_ms <= limit_ms
+                and not lock_covers_partition(lock.partition, partition)
+                and not on_shared_location(lock, sharers)
+            }
+        )
     )
 
 

@@ -15,6 +15,8 @@ RULES = [
     "acidclean.shared.acid.claims",
     "acidclean.shared.acid.id_lists",
     "acidclean.shared.acid.partition_names",
+    "acidclean.shared.acid.locations",
+    "acidclean.shared.location_sharing",
     "acidclean.consumers.rules.readiness",
     "acidclean.consumers.rules.obsolete",
     "acidclean.consumers.rules.paths",

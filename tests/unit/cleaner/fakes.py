@@ -242,10 +242,36 @@ class FakeMetastore:
         self._call("get_tables")
         known = {(table_db, name): location for (table_db, name, partition), location in self.tables.items()}
         return {
-            table: TableInfo(db, table, location, {"transactional": "true"}, (), (), 1, (), None)
+            table: TableInfo(
+                db, table, location, {"transactional": "true"}, self.partition_keys(db, table), (), 1, (), None
+            )
             for table in tables
             if (location := self.tables.get((db, table, None), known.get((db, table)))) is not None
         }
+
+    def get_all_tables(self, db: str) -> list[str]:
+        self._call("get_all_tables")
+        return sorted({name for (table_db, name, _) in self.tables if table_db == db})
+
+    def partition_keys(self, db: str, table: str) -> tuple[str, ...]:
+        """The keys of the table's first registered partition, or none: an unpartitioned table."""
+        for table_db, name, partition in sorted(self.tables, key=lambda key: (key[0], key[1], key[2] or "")):
+            if (table_db, name) == (db, table) and partition is not None:
+                return tuple(pair.split("=")[0] for pair in partition.split("/"))
+        return ()
+
+    def partition_locations(self, table: TableInfo, count: bool = True) -> dict[str, str]:
+        if count:
+            self._call("get_partitions")
+        return {
+            partition: location
+            for (table_db, name, partition), location in self.tables.items()
+            if (table_db, name) == (table.db, table.table) and partition is not None
+        }
+
+    def partitions_located(self, table: TableInfo, names: Sequence[str]) -> dict[str, str]:
+        self._call("get_partitions_by_names")
+        return {name: where for name, where in self.partition_locations(table, count=False).items() if name in names}
 
     def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo:
         if partition is None:

@@ -143,6 +143,9 @@ class NoLocks:
     def valid_txn_list(self) -> str:
         return f"10:{2**63 - 1}::"
 
+    def get_all_tables(self, db: str) -> list[str]:
+        return []  # no other table shares the directory
+
 
 def test_an_unreachable_metastore_is_one_line_on_stderr_of_the_real_command() -> None:
     """Thrift logs its own "Could not connect" record before raising: it must not reach the terminal."""

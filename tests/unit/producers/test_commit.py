@@ -202,6 +202,9 @@ class LocksOnly:
     ) -> list[LockInfo]:
         return [lock for lock in self.locks if lock.table == table]
 
+    def get_all_tables(self, db: str) -> list[str]:
+        return []  # no other table shares the directory (tests/unit/producers/test_shared_locations.py)
+
 
 READER = LockInfo(12, 7, "db", "t", None, "SHARED_READ", "ACQUIRED", "alice", "host-1", 1_700_000_000_000, None)
 OTHER_TABLE = LockInfo(13, 8, "db", "u", None, "SHARED_READ", "ACQUIRED", "bob", "host-2", 1_700_000_000_000, None)

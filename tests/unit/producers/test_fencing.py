@@ -159,7 +159,7 @@ def test_a_takeover_aborts_the_stale_vacuums_registered_transaction_before_it_re
 
     metastore = TakeoverMetastore(NOW_MS, holder_beat_ms=NOW_MS - 400_000)
     component = vacuum_lock_component("db", "t", None)
-    assert _release_stale(metastore, component, 9, TakeoverJudge(300), "db.t")  # type: ignore[arg-type]
+    assert _release_stale(metastore, [component], 9, TakeoverJudge(300), "db.t")  # type: ignore[arg-type]
     assert metastore.calls == ["abort 41", "unlock 7"]
 
 
@@ -168,5 +168,5 @@ def test_a_live_holder_by_the_metastores_clock_is_left_alone() -> None:
 
     metastore = TakeoverMetastore(NOW_MS, holder_beat_ms=NOW_MS - 20_000)
     component = vacuum_lock_component("db", "t", None)
-    assert not _release_stale(metastore, component, 9, TakeoverJudge(300), "db.t")  # type: ignore[arg-type]
+    assert not _release_stale(metastore, [component], 9, TakeoverJudge(300), "db.t")  # type: ignore[arg-type]
     assert metastore.calls == []
