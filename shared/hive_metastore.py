@@ -348,6 +348,8 @@ class HiveMetastore:
             bucket_count=int(sd.numBuckets or -1),
             columns=tuple((column.name, column.type) for column in sd.cols or []),
             partition=name,
+            table_id=_table_id(thrift_table),
+            create_time=int(thrift_table.createTime) if thrift_table.createTime is not None else None,
         )
 
     def _get_thrift_table(self, db: str, table: str) -> Any:
@@ -729,3 +731,9 @@ def _closed_on_us(error: BaseException) -> bool:
         TTransport.TTransportException.END_OF_FILE,
         TTransport.TTransportException.SIZE_LIMIT,
     )
+
+
+def _table_id(thrift_table: Any) -> int | None:
+    """Hive 4's table id (``Table.id``, absent from the Hive 2 and 3 Thrift API and then None)."""
+    value = getattr(thrift_table, "id", None)
+    return int(value) if value is not None and int(value) > 0 else None

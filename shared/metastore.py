@@ -79,6 +79,9 @@ class TableInfo:
     bucket_count: int
     columns: tuple[tuple[str, str], ...]
     partition: str | None = None  # the metastore's own (escaped) name of the partition
+    # Which table this is, beyond its name (rule 9): Hive 4's table id; the create time (seconds) on every version.
+    table_id: int | None = None
+    create_time: int | None = None
 
     @property
     def transactional(self) -> bool:
