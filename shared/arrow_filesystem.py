@@ -201,6 +201,9 @@ def open_location(uri: str, environ: Mapping[str, str] | None = None) -> Storage
 
 
 def _local_files(path: str) -> list[ListedFile]:
+    if os.path.islink(path):
+        # os.walk would list the target's files; an obsolete directory is never a link (rule 4).
+        raise StorageError(f"{path} is a symbolic link, not a directory of the table; nothing under it is deleted")
     files: list[ListedFile] = []
     start = len(path.rstrip("/")) + 1
     try:
