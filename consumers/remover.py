@@ -173,12 +173,15 @@ class TableSource(Protocol):
 
     def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]: ...
 
+    def get_table(self, db: str, table: str, partition: str | None = None) -> TableInfo: ...
+
     def partition_info(self, table: TableInfo, partition: str | None) -> TableInfo: ...
 
 
 class TablesNow:
     """The tables of a batch of cleanups as the metastore has them now: one ``get_tables`` per
-    database for all of them (asked at the first :meth:`reread`), one more call per partition."""
+    database for all of them (asked at the first :meth:`reread`), one more call per partition; when
+    the metastore refuses ``get_tables``, one ``get_table`` per cleanup, as the check does then."""
 
     def __init__(self, source: TableSource, keys: Sequence[tuple[str, str]]) -> None:
         self._source = source
@@ -190,7 +193,7 @@ class TablesNow:
         if self._found is None:
             self._found = self._ask()
         if isinstance(self._found, MetastoreError):
-            raise self._found
+            return self._source.get_table(key[0], key[1], partition)
         table = self._found.get((key[0], key[1].lower()))
         if table is None:
             raise TableNotFoundError(f"{key[0]}.{key[1]}: no such table")

@@ -37,10 +37,11 @@ class TableIdentity:
     table_id: int | None  # Hive 4's TBL_ID; None on Hive 2 and 3
     create_time: int | None  # seconds, as the metastore keeps it
     location: str
+    partition_create_time: int | None = None  # a partition dropped and added again has a new one
 
     @classmethod
     def of(cls, table: TableInfo) -> TableIdentity:
-        return cls(table.table_id, table.create_time, table.location)
+        return cls(table.table_id, table.create_time, table.location, table.partition_create_time)
 
     def describe(self) -> str:
         if self.table_id is not None:
@@ -58,10 +59,18 @@ def table_difference(checked: TableIdentity, now: TableIdentity) -> str | None:
     if checked.table_id is not None and now.table_id is not None:
         if checked.table_id != now.table_id:
             return f"it is another table now (table id {now.table_id}, checked {checked.table_id})"
-        return None
-    if checked.create_time is not None and now.create_time is not None and checked.create_time != now.create_time:
+    elif _differ(checked.create_time, now.create_time):
         return f"it was created again (create time {now.create_time}, checked {checked.create_time})"
+    if _differ(checked.partition_create_time, now.partition_create_time):
+        return (
+            f"its partition was added again (create time {now.partition_create_time}, "
+            f"checked {checked.partition_create_time})"
+        )
     return None
+
+
+def _differ(checked: int | None, now: int | None) -> bool:
+    return checked is not None and now is not None and checked != now
 
 
 def file_difference(checked: ListedFile | None, now: ListedFile) -> str | None:

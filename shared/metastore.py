@@ -82,6 +82,7 @@ class TableInfo:
     # Which table this is, beyond its name (rule 9): Hive 4's table id; the create time (seconds) on every version.
     table_id: int | None = None
     create_time: int | None = None
+    partition_create_time: int | None = None  # of the partition, when ``partition`` is set
 
     @property
     def transactional(self) -> bool:

@@ -146,6 +146,9 @@ def test_the_same_create_time_but_a_different_table_id_is_not_the_same_table() -
     assert table_difference(TableIdentity(1, 5, TABLE), TableIdentity(2, 5, TABLE)) is not None
     assert table_difference(TableIdentity(1, 5, TABLE), TableIdentity(1, 5, TABLE + "/")) is None
     assert table_difference(TableIdentity(None, 5, TABLE), TableIdentity(None, 6, TABLE)) is not None
+    # A partition dropped and added again (same location): its own create time tells.
+    assert table_difference(TableIdentity(None, 5, TABLE, 10), TableIdentity(None, 5, TABLE, 11)) is not None
+    assert table_difference(TableIdentity(1, 5, TABLE, 10), TableIdentity(1, 5, TABLE, 11)) is not None
 
 
 class RecreateAt:
