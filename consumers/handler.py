@@ -2578,8 +2578,7 @@ class CleanupHandler:
     def _remove_checked(self, cleanups: Sequence[PreparedCleanup]) -> dict[int, Removal]:
         """Each cleanup's deletes (by ``id()``): exactly what its check listed (rule 9, consumers/remover.py)."""
         keys = [lock_scope(vacuum_of(item.processed).table) for item in cleanups]
-        self._metrics.metastore_calls.labels("get_tables").inc(len({db for db, _ in keys}))
-        tables = TablesNow(self._metastore(), keys)
+        tables = TablesNow(self._metastore(), keys, lambda call: self._metrics.metastore_calls.labels(call).inc())
         planned = [self._planned_removal(item, key, tables) for item, key in zip(cleanups, keys, strict=True)]
         removals = remove_all(planned, self._in_chunks, lambda: self._crash.reached("mid-delete"))
         return {id(item): removal for item, removal in zip(cleanups, removals, strict=True)}

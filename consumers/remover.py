@@ -183,9 +183,12 @@ class TablesNow:
     database for all of them (asked at the first :meth:`reread`), one more call per partition; when
     the metastore refuses ``get_tables``, one ``get_table`` per cleanup, as the check does then."""
 
-    def __init__(self, source: TableSource, keys: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self, source: TableSource, keys: Sequence[tuple[str, str]], count: Callable[[str], None] = lambda call: None
+    ) -> None:
         self._source = source
         self._keys = keys
+        self._count = count  # each metastore call made, by name (the cleaner's metrics)
         self._found: dict[tuple[str, str], TableInfo] | MetastoreError | None = None
 
     def reread(self, key: tuple[str, str], partition: str | None) -> TableInfo:
@@ -193,11 +196,15 @@ class TablesNow:
         if self._found is None:
             self._found = self._ask()
         if isinstance(self._found, MetastoreError):
+            self._count("get_table")
             return self._source.get_table(key[0], key[1], partition)
         table = self._found.get((key[0], key[1].lower()))
         if table is None:
             raise TableNotFoundError(f"{key[0]}.{key[1]}: no such table")
-        return table if partition is None else self._source.partition_info(table, partition)
+        if partition is None:
+            return table
+        self._count("get_partition")
+        return self._source.partition_info(table, partition)
 
     def _ask(self) -> dict[tuple[str, str], TableInfo] | MetastoreError:
         by_db: dict[str, set[str]] = {}
@@ -206,6 +213,7 @@ class TablesNow:
         found: dict[tuple[str, str], TableInfo] = {}
         try:
             for db, names in by_db.items():
+                self._count("get_tables")
                 found.update({(db, name): table for name, table in self._source.get_tables(db, sorted(names)).items()})
         except MetastoreError as error:
             return error
@@ -241,6 +249,9 @@ def remove_all(
     removals: dict[int, Removal] = {}
     confirmed: list[PlannedRemoval] = []
     for item in planned:
+        if not item.cleanup.directories:
+            removals[id(item)] = Removal((), (), ())  # nothing to delete: no call to confirm the table
+            continue
         try:
             reason = confirm_table(item.cleanup.table, item.reread)
         except MetastoreError as error:
