@@ -41,6 +41,15 @@ from acidclean.consumers.bundles import WaitingBundle
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.remover import (
+    CheckedCleanup,
+    CheckedDirectory,
+    PlannedRemoval,
+    Removal,
+    TablesNow,
+    checked_directory,
+    remove_all,
+)
 from acidclean.consumers.rules.obsolete import CleanupPlan, check_claims, check_markers, plan_cleanup
 from acidclean.consumers.rules.paths import TenantRoots, check_location
 from acidclean.consumers.rules.readiness import (
@@ -120,8 +129,9 @@ from acidclean.shared.bus.bundle import (
 from acidclean.shared.bus.codec import decode, due_at_ms, fit_field, header_due_at_ms, reject
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
-from acidclean.shared.errors import AcidCleanError, BusError, MetastoreError, TableNotFoundError
-from acidclean.shared.filesystem import FileSystem, StorageError, TreeSize
+from acidclean.shared.errors import BusError, MetastoreError, TableNotFoundError
+from acidclean.shared.filesystem import FileSystem, StorageError
+from acidclean.shared.identity import TableIdentity
 from acidclean.shared.lock_entries import snapshot_entry
 from acidclean.shared.metastore import LockInfo, TableInfo
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
@@ -266,6 +276,8 @@ class PreparedCleanup:
     plan: CleanupPlan
     planned: tuple[RemovedDirectory, ...]
     locks: TableLockCheck
+    table: TableIdentity | None = None  # the table checked; confirmed again just before the deletes (rule 9)
+    checked: tuple[CheckedDirectory, ...] = ()  # each directory's files as listed with the batch's measure
 
 
 def _by_table(locks: Sequence[LockInfo]) -> dict[tuple[str, str], list[LockInfo]]:
@@ -1425,15 +1437,12 @@ class CleanupHandler:
         outcomes: dict[int, Outcome | BaseException] = {}
         try:
             names = [(item.storage, name) for item in prepared for name in item.plan.delete]
-            sizes = self._in_chunks(lambda pair: self._size(*pair), names)
+            listed = self._in_chunks(lambda pair: self._listed(*pair), names)
             start = 0
             for item in prepared:
-                count = len(item.plan.delete)
-                item.planned = tuple(
-                    RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
-                    for name, size in zip(item.plan.delete, sizes[start : start + count], strict=True)
-                )
-                start += count
+                item.checked = tuple(listed[start : start + len(item.plan.delete)])
+                item.planned = tuple(directory.measured() for directory in item.checked)
+                start += len(item.plan.delete)
             refused = self._announce_many(prepared)
         except BaseException as error:  # nothing was deleted: each event is retried or dead-lettered
             return {id(item): error for item in prepared}
@@ -1444,15 +1453,11 @@ class CleanupHandler:
         if not prepared:
             return outcomes
         self._crash.reached("before-delete")
-        pairs = [(item, directory) for item in prepared for directory in item.planned]
-        results = self._in_chunks(lambda pair: self._try_remove(pair[0].storage, pair[1]), pairs)
-        by_cleanup: dict[int, list[RemovedDirectory | str]] = {id(item): [] for item in prepared}
-        for (item, _), result in zip(pairs, results, strict=True):
-            by_cleanup[id(item)].append(result)
+        removals = self._remove_checked(prepared)
         self._crash.reached("after-delete")
         for item in prepared:
             try:
-                outcomes[id(item)] = self._after_deletes(item.processed, item.plan, by_cleanup[id(item)], item.locks)
+                outcomes[id(item)] = self._after_deletes(item.processed, item.plan, removals[id(item)], item.locks)
             except Exception as error:
                 outcomes[id(item)] = error
         return outcomes
@@ -2359,7 +2364,7 @@ class CleanupHandler:
             return self._refuse(work, processed, plan, locks)
         if isinstance(plan, NotYet):
             return self._delay(processed, Readiness(False, readiness.locks_held, plan.reason), locks)
-        return self._delete_and_report(processed, storage, plan, locks)
+        return self._delete_and_report(processed, storage, plan, locks, TableIdentity.of(table))
 
     def _table_of(
         self, metastore: CleanerMetastore, known: BatchTables | None, key: TableKey, partition: str | None
@@ -2425,13 +2430,15 @@ class CleanupHandler:
         storage: StorageLocationLike,
         plan: CleanupPlan,
         locks: TableLockCheck,
+        table: TableIdentity,
     ) -> Outcome:
         if plan.delete and locks.batch is not None and not self.config.dry_run:
             # Measured, announced with the rest of the batch (one acknowledgement), then deleted: run_prepared.
-            cleanup = PreparedCleanup(processed, storage, plan, (), locks)
+            cleanup = PreparedCleanup(processed, storage, plan, (), locks, table)
             locks.batch.prepared.append(cleanup)
             return Outcome("cleaned", processed, deferred=True, prepared=cleanup)
-        planned = self._measure(storage, plan.delete)
+        checked = self._in_chunks(lambda name: self._listed(storage, name), plan.delete)
+        planned = [directory.measured() for directory in checked]
         if self.config.dry_run:
             return self._report_done(processed, self._done(processed, planned, plan.note()), "dry_run", locks)
         if planned:
@@ -2439,22 +2446,21 @@ class CleanupHandler:
             # acknowledged, the restarted cleaner finds these gone and only this event says what was deleted.
             self._announce(processed, planned)
         self._crash.reached("before-delete")
-        results = self._in_chunks(lambda directory: self._try_remove(storage, directory), planned)
-        return self._after_deletes(processed, plan, results, locks, crash=True)
+        single = PreparedCleanup(processed, storage, plan, tuple(planned), locks, table, tuple(checked))
+        return self._after_deletes(processed, plan, self._remove_checked([single])[id(single)], locks, crash=True)
 
     def _after_deletes(
         self,
         processed: VacuumCommitted | DelayEnvelope,
         plan: CleanupPlan,
-        results: Sequence[RemovedDirectory | str],
+        removal: Removal,
         locks: TableLockCheck,
         *,
         crash: bool = False,
     ) -> Outcome:
         """The outcome once the deletes ran: ``CleanupDone``, or a delay if any delete failed."""
         vacuum = vacuum_of(processed)
-        removed = [result for result in results if not isinstance(result, str)]
-        errors = [result for result in results if isinstance(result, str)]
+        removed, errors = list(removal.removed), list(removal.errors)
         if errors:
             log(
                 LOGGER,
@@ -2477,7 +2483,8 @@ class CleanupHandler:
             self._crash.reached("after-delete")
         removed.sort(key=lambda item: item.name)
         self._count_removed(removed)
-        outcome = self._report_done(processed, self._done(processed, removed, plan.note()), "cleaned", locks)
+        note = "; ".join(part for part in (plan.note(), removal.note()) if part) or None
+        outcome = self._report_done(processed, self._done(processed, removed, note), "cleaned", locks)
         if not outcome.deferred:
             self._crash.reached("after-done")
         return outcome
@@ -2571,19 +2578,10 @@ class CleanupHandler:
         self._metrics.deleted_files.inc(sum(item.file_count for item in removed))
         self._metrics.deleted_bytes.inc(sum(item.bytes for item in removed))
 
-    def _size(self, storage: StorageLocationLike, name: str) -> TreeSize:
-        try:
-            return storage.fs.tree_size(storage.child(name))
-        except (OSError, AcidCleanError):
-            return TreeSize(0, 0)
-
-    def _measure(self, storage: StorageLocationLike, names: Sequence[str]) -> list[RemovedDirectory]:
-        """File count and bytes of each directory (in the delete pool: a big tree takes a while to walk)."""
-        sizes = self._in_chunks(lambda name: self._size(storage, name), names)
-        return [
-            RemovedDirectory(name=name, file_count=size.files, bytes=size.bytes)
-            for name, size in zip(names, sizes, strict=True)
-        ]
+    def _listed(self, storage: StorageLocationLike, name: str) -> CheckedDirectory:
+        """Directory ``name``'s files with identity and size (in the delete pool): what the deletes
+        compare against (rule 9), and what ``CleanupStarted`` announces."""
+        return checked_directory(storage.fs, storage.child(name), name)
 
     def _in_chunks(self, function: Callable[[_Item], _Result], items: Sequence[_Item]) -> list[_Result]:
         """``function`` of every item, in order: in the delete pool, one task per pool thread, each
@@ -2599,16 +2597,24 @@ class CleanupHandler:
             results.extend(share)
         return results
 
-    def _remove(self, storage: StorageLocationLike, directory: RemovedDirectory) -> RemovedDirectory:
-        storage.fs.delete_dir(storage.child(directory.name))
-        self._crash.reached("mid-delete")
-        return directory
+    def _remove_checked(self, cleanups: Sequence[PreparedCleanup]) -> dict[int, Removal]:
+        """Each cleanup's deletes (by ``id()``): exactly what its check listed (rule 9, consumers/remover.py)."""
+        keys = [lock_scope(vacuum_of(item.processed).table) for item in cleanups]
+        tables = TablesNow(self._metastore(), keys, lambda call: self._metrics.metastore_calls.labels(call).inc())
+        planned = [self._planned_removal(item, key, tables) for item, key in zip(cleanups, keys, strict=True)]
+        removals = remove_all(planned, self._in_chunks, lambda: self._crash.reached("mid-delete"))
+        return {id(item): removal for item, removal in zip(cleanups, removals, strict=True)}
 
-    def _try_remove(self, storage: StorageLocationLike, directory: RemovedDirectory) -> RemovedDirectory | str:
-        try:
-            return self._remove(storage, directory)
-        except (StorageError, OSError) as error:
-            return f"{directory.name}: {error}"
+    def _planned_removal(self, item: PreparedCleanup, key: TableKey, tables: TablesNow) -> PlannedRemoval:
+        vacuum = vacuum_of(item.processed)
+        partition = vacuum.partition
+        return PlannedRemoval(
+            CheckedCleanup(item.table or TableIdentity(None, None, vacuum.location), item.checked),
+            item.storage.fs,
+            item.storage.child,
+            lambda: tables.reread(key, partition),
+            {"event_id": item.processed.event_id, "table": vacuum.table, "partition": partition},
+        )
 
 
 def _committed_by(vacuum: VacuumCommitted, markers: dict[str, bytes | None]) -> datetime:

@@ -15,6 +15,7 @@ from urllib.parse import quote
 import pyarrow.fs as pafs
 
 from acidclean.shared.filesystem import Entry, StorageError, TreeSize
+from acidclean.shared.identity import ListedFile
 
 
 class ArrowFileSystem:
@@ -83,6 +84,43 @@ class ArrowFileSystem:
     def real_path(self, path: str) -> str:
         """The path with symlinks resolved (local storage; HDFS and S3 have none to follow)."""
         return os.path.realpath(path) if self.is_local else path
+
+    def list_files(self, path: str) -> list[ListedFile]:
+        """Locally the inode, device, size and modification time (ns) of each file, a symbolic link
+        as itself (never followed); elsewhere pyarrow's size and modification time."""
+        if self.is_local:
+            return _local_files(path)
+        try:
+            infos = self.arrow.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        except OSError as error:
+            raise StorageError(f"cannot list {path}: {error}") from error
+        start = len(path.rstrip("/")) + 1
+        return [
+            ListedFile(info.path[start:], int(info.size or 0), f"mtime_ns={info.mtime_ns}")
+            for info in infos
+            if info.type == pafs.FileType.File
+        ]
+
+    def delete_files(self, path: str, names: list[str]) -> None:
+        for name in names:
+            full = f"{path.rstrip('/')}/{name}"
+            try:
+                if self.is_local:
+                    os.unlink(full)  # a symbolic link itself, never its target
+                else:
+                    self.arrow.delete_file(full)
+            except FileNotFoundError:
+                continue
+            except OSError as error:
+                raise StorageError(f"cannot delete {full}: {error}") from error
+
+    def delete_empty_dir(self, path: str) -> bool:
+        if self.is_local:
+            return _remove_empty_tree(path)
+        if self.list_files(path):
+            return False
+        self.delete_dir(path)  # only directories were listed under it
+        return True
 
 
 @dataclass(frozen=True)
@@ -160,3 +198,43 @@ def open_location(uri: str, environ: Mapping[str, str] | None = None) -> Storage
             f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs://, s3:// and s3a://"
         ) from error
     return StorageLocation(ArrowFileSystem(arrow), path, uri)
+
+
+def _local_files(path: str) -> list[ListedFile]:
+    if os.path.islink(path):
+        # os.walk would list the target's files; an obsolete directory is never a link (rule 4).
+        raise StorageError(f"{path} is a symbolic link, not a directory of the table; nothing under it is deleted")
+    files: list[ListedFile] = []
+    start = len(path.rstrip("/")) + 1
+    try:
+        for directory, subdirectories, names in os.walk(path, onerror=_raise):
+            for name in names + [d for d in subdirectories if os.path.islink(os.path.join(directory, d))]:
+                full = os.path.join(directory, name)
+                try:
+                    stat = os.lstat(full)
+                except FileNotFoundError:
+                    continue
+                identity = f"ino={stat.st_ino},dev={stat.st_dev},mtime_ns={stat.st_mtime_ns}"
+                files.append(ListedFile(full[start:], stat.st_size, identity))
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise StorageError(f"cannot list {path}: {error}") from error
+    return files
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _remove_empty_tree(path: str) -> bool:
+    """``rmdir`` from the deepest directory up: refused by the kernel when anything is left, so a
+    file written meanwhile is never removed."""
+    try:
+        for directory, _, _ in sorted(os.walk(path, onerror=_raise), key=lambda item: -item[0].count("/")):
+            os.rmdir(directory)
+    except FileNotFoundError:
+        return not os.path.lexists(path)
+    except OSError:
+        return False
+    return True

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from acidclean.shared.errors import AcidCleanError
+from acidclean.shared.identity import ListedFile
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,20 @@ class FileSystem(Protocol):
 
     def read_file(self, path: str) -> bytes | None:
         """A small file's bytes, or None if it does not exist."""
+        ...
+
+    def list_files(self, path: str) -> list[ListedFile]:
+        """Every file under ``path`` (recursively), with its identity and size, listed now (never from
+        a cached listing); empty when ``path`` does not exist."""
+        ...
+
+    def delete_files(self, path: str, names: list[str]) -> None:
+        """Delete exactly these files under ``path`` (relative names); one already gone is deleted."""
+        ...
+
+    def delete_empty_dir(self, path: str) -> bool:
+        """Remove ``path`` and its subdirectories only if no file is left under them; True when it is
+        gone (or was), False when a file is still there (then nothing of it is removed)."""
         ...
 
 

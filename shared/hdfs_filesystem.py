@@ -52,6 +52,7 @@ import pyarrow.fs as pafs
 from acidclean.shared.arrow_filesystem import ArrowFileSystem
 from acidclean.shared.errors import ConfigurationError
 from acidclean.shared.filesystem import Entry, StorageError, TreeSize
+from acidclean.shared.identity import ListedFile
 
 AUTHENTICATION_KEY = "hadoop.security.authentication"
 AUTHENTICATIONS = ("simple", "kerberos")
@@ -347,6 +348,34 @@ class HdfsFileSystem(ArrowFileSystem):
 
     def real_path(self, path: str) -> str:
         return path  # HDFS has no symlinks the cleaner follows
+
+    def list_files(self, path: str) -> list[ListedFile]:
+        """Size and modification time of each file: hdfs-native does not expose HDFS's file id, so a
+        file written again with the same size within the same millisecond is not told apart."""
+        with self._storage_errors(f"list {path}"):
+            return super().list_files(path)
+
+    def delete_files(self, path: str, names: list[str]) -> None:
+        with self._storage_errors(f"delete files of {path}"):
+            super().delete_files(path, names)
+
+    def delete_empty_dir(self, path: str) -> bool:
+        """Non-recursive deletes from the deepest directory up: the namenode refuses one that is not
+        empty, so a file written meanwhile is never removed."""
+        with self._storage_errors(f"delete {path}"):
+            try:
+                infos = self.arrow.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+            except FileNotFoundError:
+                return True
+            directories = [info.path for info in infos if info.type == pafs.FileType.Directory]
+            for directory in [*sorted(directories, key=lambda name: -name.count("/")), path]:
+                try:
+                    self.native.delete(directory, False)
+                except FileNotFoundError:
+                    continue
+                except (OSError, RuntimeError):
+                    return False
+            return True
 
 
 _cache: dict[tuple[str, HdfsOptions], HdfsFileSystem] = {}

@@ -327,6 +327,7 @@ class HiveMetastore:
             table,
             location=thrift_partition.sd.location or "",
             partition=make_partition_name(table.partition_keys, thrift_partition.values),
+            partition_create_time=_create_time(thrift_partition),
         )
 
     def _table_info(self, thrift_table: Any, partition: str | None) -> TableInfo:
@@ -334,10 +335,12 @@ class HiveMetastore:
         location = sd.location or ""
         keys = tuple(key.name for key in thrift_table.partitionKeys or [])
         name = partition_name(partition)
+        partition_created = None
         if name is not None:
             thrift_partition = self.find_partition(thrift_table.dbName, thrift_table.tableName, keys, name)
             location = thrift_partition.sd.location or ""
             name = make_partition_name(keys, thrift_partition.values)
+            partition_created = _create_time(thrift_partition)
         return TableInfo(
             db=thrift_table.dbName,
             table=thrift_table.tableName,
@@ -348,6 +351,9 @@ class HiveMetastore:
             bucket_count=int(sd.numBuckets or -1),
             columns=tuple((column.name, column.type) for column in sd.cols or []),
             partition=name,
+            table_id=_table_id(thrift_table),
+            create_time=_create_time(thrift_table),
+            partition_create_time=partition_created,
         )
 
     def _get_thrift_table(self, db: str, table: str) -> Any:
@@ -752,3 +758,14 @@ def _closed_on_us(error: BaseException) -> bool:
         TTransport.TTransportException.END_OF_FILE,
         TTransport.TTransportException.SIZE_LIMIT,
     )
+
+
+def _create_time(thrift_object: Any) -> int | None:
+    value = getattr(thrift_object, "createTime", None)
+    return int(value) if value else None
+
+
+def _table_id(thrift_table: Any) -> int | None:
+    """Hive 4's table id (``Table.id``, absent from the Hive 2 and 3 Thrift API and then None)."""
+    value = getattr(thrift_table, "id", None)
+    return int(value) if value is not None and int(value) > 0 else None

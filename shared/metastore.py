@@ -79,6 +79,10 @@ class TableInfo:
     bucket_count: int
     columns: tuple[tuple[str, str], ...]
     partition: str | None = None  # the metastore's own (escaped) name of the partition
+    # Which table this is, beyond its name (rule 9): Hive 4's table id; the create time (seconds) on every version.
+    table_id: int | None = None
+    create_time: int | None = None
+    partition_create_time: int | None = None  # of the partition, when ``partition`` is set
 
     @property
     def transactional(self) -> bool:

@@ -61,6 +61,7 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_a
 from acidclean.shared.arrow_filesystem import ArrowFileSystem
 from acidclean.shared.errors import ConfigurationError
 from acidclean.shared.filesystem import Entry, StorageError, TreeSize
+from acidclean.shared.identity import ListedFile
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 DEFAULT_DELETE_PAGE_SIZE = 250
@@ -320,6 +321,49 @@ class S3FileSystem(ArrowFileSystem):
         keys = [key for key, _ in listed] if listed is not None else self._list_keys(bucket, prefix + "/")
         for page in delete_pages(keys, self.options.delete_page_size):
             self._delete_page(bucket, path, page)
+
+    def list_files(self, path: str) -> list[ListedFile]:
+        """Each object under ``path/``, listed now (never the reused listing): its ETag, last
+        modification and size. The ETag alone is no identity here: the same bytes written again
+        (a re-created table's writer repeats its write ids) have the same ETag, but not the same time."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, _, prefix = path.strip("/").partition("/")
+        prefix = prefix + "/" if prefix else ""
+        files: list[ListedFile] = []
+        try:
+            for page in self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Contents", ()):
+                    key = str(item["Key"])
+                    if key.endswith("/"):
+                        continue  # a "directory" marker, no file
+                    modified = item.get("LastModified")
+                    stamp = modified.isoformat() if modified is not None else ""
+                    identity = f"etag={item.get('ETag', '')},modified={stamp}"
+                    files.append(ListedFile(key[len(prefix) :], int(item.get("Size", 0)), identity))
+        except (BotoCoreError, ClientError) as error:
+            raise StorageError(f"cannot list s3://{bucket}/{prefix}: {error}") from error
+        return files
+
+    def delete_files(self, path: str, names: list[str]) -> None:
+        """DeleteObjects of exactly these keys, paged and retried as :meth:`delete_dir`."""
+        bucket, _, prefix = path.strip("/").partition("/")
+        keys = [f"{prefix}/{name}" if prefix else name for name in names]
+        for page in delete_pages(keys, self.options.delete_page_size):
+            self._delete_page(bucket, path, page)
+
+    def delete_empty_dir(self, path: str) -> bool:
+        """An S3 "directory" is its keys: gone once none is left but its "directory" markers, which
+        are then deleted."""
+        bucket, _, prefix = path.strip("/").partition("/")
+        if not prefix:
+            raise StorageError(f"refusing to delete {path}: that is a whole bucket, not a directory")
+        keys = self._list_keys(bucket, prefix + "/")
+        if any(not key.endswith("/") for key in keys):
+            return False
+        for page in delete_pages(keys, self.options.delete_page_size):
+            self._delete_page(bucket, path, page)
+        return True
 
     def _list_keys(self, bucket: str, prefix: str) -> list[str]:
         return [key for key, _ in self._list_objects(bucket, prefix)]

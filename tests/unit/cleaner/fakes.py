@@ -38,6 +38,7 @@ from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
 from acidclean.shared.filesystem import Entry, StorageError, TreeSize
+from acidclean.shared.identity import ListedFile
 from acidclean.shared.metastore import LockInfo, TableInfo
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
@@ -75,13 +76,23 @@ class FakeFileSystem:
         self.deleted: list[str] = []
         self.fail_delete: set[str] = set()
         self.listings = 0
+        self.born: dict[str, int] = {}  # file -> when it was written: its identity (an inode)
+        self.writes = 0
+        self.file_listings = 0
 
     def add_dir(self, path: str, files: dict[str, int] | None = None) -> None:
         parts = path.strip("/").split("/")
         for index in range(1, len(parts) + 1):
             self.dirs.add("/" + "/".join(parts[:index]))
         for name, size in (files or {}).items():
-            self.files[f"{path}/{name}"] = size
+            self.put_file(f"{path}/{name}", size)
+
+    def put_file(self, path: str, size: int) -> None:
+        """Write ``path`` (again): a new file, with a new identity, whatever was there before."""
+        self.add_dir(path.rsplit("/", 1)[0])
+        self.files[path] = size
+        self.writes += 1
+        self.born[path] = self.writes
 
     def add_acid_dirs(self, location: str, names: Iterable[str], bucket_bytes: int = 100) -> None:
         for name in names:
@@ -137,9 +148,35 @@ class FakeFileSystem:
         return self.contents.get(path, b"")
 
     def write_file(self, path: str, data: bytes) -> None:
-        self.add_dir(path.rsplit("/", 1)[0])
-        self.files[path] = len(data)
+        self.put_file(path, len(data))
         self.contents[path] = data
+
+    def list_files(self, path: str) -> list[ListedFile]:
+        self.file_listings += 1
+        if path in self.links:
+            raise StorageError(f"{path} is a symbolic link")
+        prefix = path.rstrip("/") + "/"
+        return [
+            ListedFile(name[len(prefix) :], size, f"born={self.born.get(name, 0)}")
+            for name, size in sorted(self.files.items())
+            if name.startswith(prefix)
+        ]
+
+    def delete_files(self, path: str, names: list[str]) -> None:
+        if path in self.fail_delete:
+            raise StorageError(f"cannot delete {path}: permission denied")
+        for name in names:
+            self.files.pop(f"{path.rstrip('/')}/{name}", None)
+
+    def delete_empty_dir(self, path: str) -> bool:
+        if path in self.fail_delete:
+            raise StorageError(f"cannot delete {path}: permission denied")
+        prefix = path.rstrip("/") + "/"
+        if any(name.startswith(prefix) for name in self.files):
+            return False
+        self.deleted.append(path)
+        self.dirs = {d for d in self.dirs if d != path and not d.startswith(prefix)}
+        return True
 
     def mark_vacuum_output(self, event: VacuumCommitted) -> None:
         """Write the marker the vacuum of ``event`` leaves in each of its new directories that exists."""
@@ -199,6 +236,7 @@ class FakeMetastore:
         self.aborted_txns: list[int] = []
         self.down = False
         self.calls: Counter[str] = Counter()
+        self.created: dict[tuple[str, str], int] = {}  # each table's create time (its identity on Hive 2 and 3)
 
     @property
     def kind(self) -> MetastoreKind:
@@ -207,6 +245,12 @@ class FakeMetastore:
     def add_table(self, table: str, location: str, partition: str | None = None) -> None:
         db, name = table.split(".")
         self.tables[(db, name, partition)] = location
+        self.created.setdefault((db, name), 1_700_000_000)
+
+    def recreate_table(self, table: str) -> None:
+        """The table dropped and created again under its name and location: a later create time."""
+        db, name = table.split(".")
+        self.created[(db, name)] += 1
 
     def take_lock(
         self,
@@ -236,14 +280,24 @@ class FakeMetastore:
         location = self.tables.get((db, table, partition))
         if location is None:
             raise TableNotFoundError(f"get_table({db}.{table}): not found")
-        return TableInfo(db, table, location, {"transactional": "true"}, (), (), 1, (), partition)
+        created = self.created.get((db, table))
+        return TableInfo(db, table, location, {"transactional": "true"}, (), (), 1, (), partition, create_time=created)
 
     def get_tables(self, db: str, tables: Sequence[str]) -> dict[str, TableInfo]:
         self._call("get_tables")
         known = {(table_db, name): location for (table_db, name, partition), location in self.tables.items()}
         return {
             table: TableInfo(
-                db, table, location, {"transactional": "true"}, self.partition_keys(db, table), (), 1, (), None
+                db,
+                table,
+                location,
+                {"transactional": "true"},
+                self.partition_keys(db, table),
+                (),
+                1,
+                (),
+                None,
+                create_time=self.created.get((db, table)),
             )
             for table in tables
             if (location := self.tables.get((db, table, None), known.get((db, table)))) is not None
@@ -280,7 +334,10 @@ class FakeMetastore:
         location = self.tables.get((table.db, table.table, partition))
         if location is None:
             raise TableNotFoundError(f"get_partition({table.db}.{table.table}, {partition}): not found")
-        return TableInfo(table.db, table.table, location, dict(table.parameters), (), (), 1, (), partition)
+        created = table.create_time
+        return TableInfo(
+            table.db, table.table, location, dict(table.parameters), (), (), 1, (), partition, create_time=created
+        )
 
     def valid_write_ids_of(self, tables: Sequence[tuple[str, str]], txn_list: str) -> list[str]:
         """As the real client: the transaction list itself on Hive 2 (no call), one call on Hive 3."""

@@ -290,13 +290,13 @@ def fail_publishing(rig: Rig, event_class: type[EventBase]) -> None:
 
 def test_cleanup_is_announced_and_acknowledged_before_the_first_delete(rig: Rig) -> None:
     announced_at_delete: list[list[str]] = []
-    delete_dir = rig.fs.delete_dir
+    delete_files = rig.fs.delete_files  # each directory's first delete: its files listed at the check (rule 9)
 
-    def deleting(path: str) -> None:
+    def deleting(path: str, names: list[str]) -> None:
         announced_at_delete.append([d.name for s in rig.starts() for d in s.directories_to_remove])
-        delete_dir(path)
+        delete_files(path, names)
 
-    rig.fs.delete_dir = deleting  # type: ignore[method-assign]
+    rig.fs.delete_files = deleting  # type: ignore[method-assign]
     v = vacuum()
     outcome = rig.handle(v)
     assert outcome.kind == "cleaned"
