@@ -89,6 +89,35 @@ def once_after_write(monkeypatch: pytest.MonkeyPatch, step: Callable[[], None]) 
     monkeypatch.setattr(vacuum_module, "finish_directories", hooked)
 
 
+def transaction_hosts(
+    metastore: HiveMetastore, metastore_uri: str, kafka_bootstrap: str, prefix: str, tmp_path: Path, **extra: Any
+) -> tuple[Settings, Settings]:
+    """Two hosts whose vacuums commit through a transaction (skips on Hive 2, which cannot)."""
+    if metastore.kind is MetastoreKind.HIVE2:
+        pytest.skip("a transaction commit needs per-table write ids (Hive 3+)")
+    txn = {"vacuum_commit": "visibility-txn", "vacuum_visibility_txn_on_hive3": True, **extra}
+    host_a, host_b = (make_settings(metastore_uri, kafka_bootstrap, prefix, tmp_path / h, **txn) for h in "ab")
+    return host_a, host_b
+
+
+def window_after_the_lock_check(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> dict[str, float]:
+    """Record when the last lock check answered ("checked") and when ``module.name`` returned ("done")."""
+    marks: dict[str, float] = {}
+    real_check, real_step = exclusion.VacuumLock.ensure_held, getattr(module, name)
+
+    def check(self: exclusion.VacuumLock, before: str) -> None:
+        real_check(self, before)
+        marks["checked"] = time.monotonic()
+
+    def step(*args: Any) -> None:
+        real_step(*args)
+        marks["done"] = time.monotonic()
+
+    monkeypatch.setattr(exclusion.VacuumLock, "ensure_held", check)
+    monkeypatch.setattr(module, name, step)
+    return marks
+
+
 # -- rule 7: fencing ----------------------------------------------------------------------------------
 
 
@@ -248,11 +277,7 @@ def test_a_late_transaction_commit_is_reported_in_its_event(
 ) -> None:
     """The transaction commit's residual window (last lock check -> commit_txn): a late commit that
     slips through is found right after it and reported, and nothing is deleted for it."""
-    if metastore.kind is MetastoreKind.HIVE2:
-        pytest.skip("a transaction commit needs per-table write ids (Hive 3+)")
-    txn = {"vacuum_commit": "visibility-txn", "vacuum_visibility_txn_on_hive3": True}
-    host_a = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path / "host-a", **txn)
-    host_b = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path / "host-b", **txn)
+    host_a, host_b = transaction_hosts(metastore, metastore_uri, kafka_bootstrap, unique_name, tmp_path)
     new_table(metastore, unique_name)
     ids = [c.write_id for c in write(metastore, unique_name, rows=50, commits=3)]
     seen: dict[str, Any] = {}
@@ -280,21 +305,9 @@ def test_the_window_between_the_last_lock_check_and_the_commit_is_the_commit_alo
     """Measured: from the moment the metastore confirmed the lock to the end of the rename."""
     new_table(metastore, unique_name, buckets=4)
     write(metastore, unique_name, rows=2000, commits=3)
-    marks: dict[str, float] = {}
-    real_check, real_rename = exclusion.VacuumLock.ensure_held, commit_module._rename_out
-
-    def check(self: exclusion.VacuumLock, before: str) -> None:
-        real_check(self, before)
-        marks["checked"] = time.monotonic()
-
-    def rename(*args: Any) -> None:
-        real_rename(*args)
-        marks["renamed"] = time.monotonic()
-
-    monkeypatch.setattr(exclusion.VacuumLock, "ensure_held", check)
-    monkeypatch.setattr(commit_module, "_rename_out", rename)
+    marks = window_after_the_lock_check(monkeypatch, commit_module, "_rename_out")
     assert vacuum(metastore, host_a, spark, unique_name, full=True).status == "committed"
-    window_ms = (marks["renamed"] - marks["checked"]) * 1000
+    window_ms = (marks["done"] - marks["checked"]) * 1000
     print(f"\nlast lock check -> rename done: {window_ms:.2f} ms")
     assert 0 < window_ms < 1000 * host_a.vacuum_lock_stale_s
 
@@ -312,11 +325,9 @@ def test_a_takeover_aborts_the_paused_vacuums_transaction_so_its_commit_fails_af
     """The transaction commit's window closed: A passed its last lock check and paused before commit_txn;
     B finds A's lock silent by the metastore's clock, aborts A's registered transaction, takes the lock
     and commits. A's commit_txn then fails: its output stays invisible, no row is read twice."""
-    if metastore.kind is MetastoreKind.HIVE2:
-        pytest.skip("a transaction commit needs per-table write ids (Hive 3+)")
-    txn = {"vacuum_commit": "visibility-txn", "vacuum_visibility_txn_on_hive3": True, "vacuum_lock_stale_s": 2}
-    host_a = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path / "host-a", **txn)
-    host_b = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path / "host-b", **txn)
+    host_a, host_b = transaction_hosts(
+        metastore, metastore_uri, kafka_bootstrap, unique_name, tmp_path, vacuum_lock_stale_s=2
+    )
     new_table(metastore, unique_name)
     ids = [c.write_id for c in write(metastore, unique_name, rows=50, commits=3)]
     seen: dict[str, Any] = {}
@@ -351,26 +362,11 @@ def test_the_window_between_the_last_lock_check_and_commit_txn_is_one_metastore_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Measured: from the moment the metastore confirmed the lock to commit_txn's answer."""
-    if metastore.kind is MetastoreKind.HIVE2:
-        pytest.skip("a transaction commit needs per-table write ids (Hive 3+)")
-    txn = {"vacuum_commit": "visibility-txn", "vacuum_visibility_txn_on_hive3": True}
-    settings = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path, **txn)
+    settings, _ = transaction_hosts(metastore, metastore_uri, kafka_bootstrap, unique_name, tmp_path)
     new_table(metastore, unique_name, buckets=4)
     write(metastore, unique_name, rows=2000, commits=3)
-    marks: dict[str, float] = {}
-    real_check, real_commit = exclusion.VacuumLock.ensure_held, vacuum_module._commit_visibility_txn
-
-    def check(self: exclusion.VacuumLock, before: str) -> None:
-        real_check(self, before)
-        marks["checked"] = time.monotonic()
-
-    def commit_txn(*args: Any) -> None:
-        real_commit(*args)
-        marks["committed"] = time.monotonic()
-
-    monkeypatch.setattr(exclusion.VacuumLock, "ensure_held", check)
-    monkeypatch.setattr(vacuum_module, "_commit_visibility_txn", commit_txn)
+    marks = window_after_the_lock_check(monkeypatch, vacuum_module, "_commit_visibility_txn")
     assert vacuum(metastore, settings, spark, unique_name, full=True).status == "committed"
-    window_ms = (marks["committed"] - marks["checked"]) * 1000
+    window_ms = (marks["done"] - marks["checked"]) * 1000
     print(f"\nlast lock check -> commit_txn answered: {window_ms:.2f} ms")
     assert 0 < window_ms < 1000 * settings.vacuum_lock_stale_s
