@@ -65,10 +65,10 @@ test: jars lint tools kerberos
 	HYPOTHESIS_PROFILE=ci ACIDCLEAN_TEST_METASTORE=hive4 $(BIN)/pytest -m metastore tests/integration
 
 test-unit: install
-	HYPOTHESIS_PROFILE=ci $(BIN)/pytest tests/unit $(PURE) -n $(WORKERS)
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest tests/unit $(PURE) -n $(WORKERS) --dist worksteal
 
 test-fast: install
-	HYPOTHESIS_PROFILE=fast $(BIN)/pytest tests/unit $(PURE) -n $(WORKERS) -q
+	HYPOTHESIS_PROFILE=fast $(BIN)/pytest tests/unit $(PURE) -n $(WORKERS) --dist worksteal -q
 
 bench: jars
 	$(BIN)/pytest tests/bench -m bench -s

@@ -28,7 +28,10 @@ from acidclean.shared.hive_metastore import HiveMetastore
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    stop_cleanly_on_signals()
+    # Not in an xdist worker (make test-fast): its pure tests start no service to stop, and execnet
+    # interrupts a worker slow to finish (a loaded box) with SIGINT, which would then raise mid-teardown.
+    if not hasattr(config, "workerinput"):
+        stop_cleanly_on_signals()
 
 
 # Hypothesis profiles, chosen by $HYPOTHESIS_PROFILE (see hypothesis_support.py): ci keeps every test's
