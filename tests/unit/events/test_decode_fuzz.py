@@ -20,7 +20,7 @@ from acidclean.shared.bus.records import RawRecord
 from .factories import delay, one_of_each, vacuum
 
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
-CASES = 10_000
+CASES = examples(10_000)  # seeded cases of the two loops below: 10,000 under the ci profile, 500 under fast
 
 
 def _decode(record: RawRecord) -> Any:
