@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install jars tools kerberos demo test test-unit test-hive3 bench lint clean stack-down
+.PHONY: install jars tools kerberos demo test test-unit test-fast test-hive3 bench lint clean stack-down
 
 install: $(VENV)/.installed
 
@@ -52,13 +52,23 @@ kerberos: install
 	@if command -v krb5-config >/dev/null; then \
 		$(BIN)/python -c 'import gssapi' 2>/dev/null || $(BIN)/pip install --quiet -e '.[kerberos]'; fi
 
+# Three tiers (markers in pyproject.toml): test-fast, the inner loop (every pure test, a few Hypothesis
+# examples each, under a minute); test-unit, the same tests at full strength; test, everything, with
+# every integration test on the real services (serial: they share one Kafka, metastore and Spark).
+# HYPOTHESIS_PROFILE picks the example counts (tests/conftest.py): ci keeps each test's own.
+PURE := -m 'not integration and not bench'
+WORKERS ?= 2
+
 test: jars lint tools kerberos
-	HELM=$(CURDIR)/.cache/bin/helm $(BIN)/pytest
-	ACIDCLEAN_TEST_METASTORE=hive3 $(BIN)/pytest -m metastore tests/integration
-	ACIDCLEAN_TEST_METASTORE=hive4 $(BIN)/pytest -m metastore tests/integration
+	HYPOTHESIS_PROFILE=ci HELM=$(CURDIR)/.cache/bin/helm $(BIN)/pytest
+	HYPOTHESIS_PROFILE=ci ACIDCLEAN_TEST_METASTORE=hive3 $(BIN)/pytest -m metastore tests/integration
+	HYPOTHESIS_PROFILE=ci ACIDCLEAN_TEST_METASTORE=hive4 $(BIN)/pytest -m metastore tests/integration
 
 test-unit: install
-	$(BIN)/pytest tests/unit
+	HYPOTHESIS_PROFILE=ci $(BIN)/pytest tests/unit $(PURE) -n $(WORKERS) --dist worksteal
+
+test-fast: install
+	HYPOTHESIS_PROFILE=fast $(BIN)/pytest tests/unit $(PURE) -n $(WORKERS) --dist worksteal -q
 
 bench: jars
 	$(BIN)/pytest tests/bench -m bench -s

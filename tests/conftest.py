@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+from hypothesis_support import FAST_DEFAULT_EXAMPLES, profile
 from session_signals import stop_cleanly_on_signals
 from storage_support import StorageStack
 
@@ -26,7 +28,37 @@ from acidclean.shared.hive_metastore import HiveMetastore
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    stop_cleanly_on_signals()
+    # Not in an xdist worker (make test-fast): its pure tests start no service to stop, and execnet
+    # interrupts a worker slow to finish (a loaded box) with SIGINT, which would then raise mid-teardown.
+    if not hasattr(config, "workerinput"):
+        stop_cleanly_on_signals()
+
+
+# Hypothesis profiles, chosen by $HYPOTHESIS_PROFILE (see hypothesis_support.py): ci keeps every test's
+# example count (make test); fast tries a few of each and gives no deadline, since a loaded box's pauses
+# say nothing of the code (make test-fast).
+hypothesis_settings.register_profile("ci", print_blob=True)
+hypothesis_settings.register_profile("fast", max_examples=FAST_DEFAULT_EXAMPLES, deadline=None, print_blob=True)
+hypothesis_settings.load_profile(profile())
+
+# The fixtures that start real services: a test that asks for one, even through another fixture, is in
+# the integration tier, so that `-m "not integration"` (make test-fast) starts nothing.
+SERVICE_FIXTURES = frozenset({"local_stack", "spark", "hdfs_stack", "s3_stack"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [
+        item.nodeid
+        for item in items
+        if SERVICE_FIXTURES & set(getattr(item, "fixturenames", ()))
+        and item.get_closest_marker("integration") is None
+        and item.get_closest_marker("bench") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "these tests start real services without @pytest.mark.integration: mark them (or their module's "
+            "pytestmark) so that -m 'not integration' starts nothing: " + ", ".join(unmarked)
+        )
 
 
 # Tests and benchmarks send traffic only to 127.0.0.1: every Spark they start binds to loopback.

@@ -27,6 +27,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.shared.acid import (
     AcidState,
@@ -285,7 +286,7 @@ actions = st.one_of(
     st.tuples(st.just("snapshot")),
 )
 histories = st.lists(actions, min_size=6, max_size=50)
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def along(history: list[tuple[Any, ...]]) -> Iterator[TableModel]:

@@ -10,6 +10,7 @@ import pyarrow.fs as pafs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.shared.acid import (
     ValidCompactorWriteIdList,
@@ -313,7 +314,7 @@ identities = st.lists(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(row_keys=identities, delete_keys=identities)
 def test_packed_key_delete_matching_agrees_with_a_join(
     row_keys: list[tuple[int, int, int]], delete_keys: list[tuple[int, int, int]]

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis_support import examples
 
 from acidclean.consumers import handler as handler_module
 from acidclean.consumers.handler import Work
@@ -783,7 +784,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
 
 
 BatchedLoopMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(100), stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 test_batched_loop_histories_lose_nothing_and_never_run_early = BatchedLoopMachine.TestCase
 

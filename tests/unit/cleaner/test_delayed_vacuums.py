@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.rules.readiness import Readiness
@@ -281,7 +282,7 @@ def _envelope(event: VacuumCommitted, **changes: Any) -> DelayEnvelope:
     return DelayEnvelope(**fields)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     count=st.integers(1, 7),
     attempts=st.lists(st.integers(1, 50), min_size=7, max_size=7),
@@ -841,7 +842,7 @@ def test_a_slow_lock_list_stops_serving_at_twice_its_age_even_while_its_renewal_
     assert rig.handler.lock_view(read) is later
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     attempt=st.integers(1, 500),
     held=st.sets(st.sampled_from([7, 8])),

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis_support import examples
 
 from acidclean.producers.plan import CompactionPlan, CompactionType, plan_compaction, with_visibility_txn
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
@@ -378,7 +379,7 @@ def _entry(lock: LockInfo):  # type: ignore[no-untyped-def]
 
 
 CleanerHistories.TestCase.settings = settings(
-    max_examples=400,
+    max_examples=examples(400),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

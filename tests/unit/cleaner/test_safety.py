@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.consumers.rules.obsolete import CleanupPlan, check_claims, plan_cleanup
 from acidclean.consumers.rules.paths import StoragePath, TenantRoots, check_location, storage_path
@@ -289,7 +290,7 @@ directory_names = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     listing=st.sets(directory_names, min_size=1, max_size=12),
     highest=st.integers(1, 12),

@@ -18,6 +18,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.consumers.audit import FastDecoder, decode_records, fold, select
 from acidclean.consumers.audit_wire import (
@@ -377,7 +378,7 @@ def _both_ways(records: list[RawRecord], **filters: Any) -> tuple[list[Any], lis
     ]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     histories(),
     st.lists(st.tuples(st.integers(0, 1000), st.sampled_from(sorted(DAMAGES))), max_size=3),
@@ -392,7 +393,7 @@ def test_the_fast_fold_gives_the_rows_of_the_validated_fold(
     assert fast == validated
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.sampled_from(TABLES), st.booleans())
 def test_filtering_by_the_key_gives_the_rows_of_the_validated_fold(
     events: list[Any], table: tuple[str, str | None], with_partition: bool

@@ -11,6 +11,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.schemas.events import EVENT_CLASSES, CleanupRejected
 from acidclean.shared.bus.codec import decode, encode
@@ -19,7 +20,7 @@ from acidclean.shared.bus.records import RawRecord
 from .factories import delay, one_of_each, vacuum
 
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)
-CASES = 10_000
+CASES = examples(10_000)  # seeded cases of the two loops below: 10,000 under the ci profile, 500 under fast
 
 
 def _decode(record: RawRecord) -> Any:
@@ -152,7 +153,7 @@ def test_ten_thousand_mutated_valid_events_decode_or_become_dead_letters() -> No
     assert CASES * 0.6 < rejected < CASES
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     key=st.none() | st.binary(max_size=64),
     value=st.none() | st.binary(max_size=256) | st.text(max_size=256).map(str.encode),

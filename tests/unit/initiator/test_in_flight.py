@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from events.factories import done, rejected, requested, vacuum, vacuum_failed
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.producers.initiator.core import InitiatorCore
 from acidclean.producers.initiator.inflight import InFlight
@@ -153,7 +154,7 @@ STEPS = st.lists(
 )
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=examples(1500), deadline=None)
 @given(STEPS)
 def test_no_interleaving_puts_two_requests_of_one_key_in_flight(steps: list[tuple[object, ...]]) -> None:
     world = World()

@@ -17,6 +17,7 @@ import pyarrow.fs as pafs
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.producers.acid_files import sort_by_identity, write_acid_events
 from acidclean.producers.commit import commit, finish_directories
@@ -201,7 +202,7 @@ STEPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=STEPS)
 def test_random_histories_of_writes_and_vacuums_never_change_what_a_snapshot_reads(
     tmp_path_factory: object, steps: list[tuple[str, object, object]]
