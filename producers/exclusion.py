@@ -7,7 +7,8 @@ before it plans, a vacuum takes an EXCLUSIVE lock on a resource only vacuums loc
 ``<db>.<table>__acidclean_vacuum`` with the partition's name (the table itself for an unpartitioned
 table). Readers lock the real table, so the lock never waits for a reader nor holds one up, never
 appears in a vacuum's lock snapshot (that lists the real table's locks) and never holds a cleanup
-(the lock belongs to no transaction). Different partitions of one table have different resources.
+(the lock belongs to no transaction). Different partitions of one table have different resources,
+unless they share a directory: a vacuum then locks every name of it in one request (rule 8).
 
 The lock is heartbeated while the vacuum runs and released when it ends, however it ends. A vacuum
 that was killed leaves its lock behind; the metastore's housekeeping times it out (``hive.txn.timeout``,
