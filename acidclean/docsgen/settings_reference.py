@@ -9,6 +9,7 @@ from pydantic import AliasChoices, BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from acidclean.docsgen.markdown import cell
 from acidclean.shared.settings import (
     ENV_PREFIX,
     NON_SETTING_PREFIXES,
@@ -64,10 +65,6 @@ def _other_names(name: str, info: FieldInfo) -> list[str]:
     return [choice for choice in alias.choices if isinstance(choice, str) and choice != name]
 
 
-def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
-
-
 def settings_page() -> str:
     """The whole page, Markdown."""
     lines = [
@@ -81,7 +78,7 @@ def settings_page() -> str:
         description = info.description or ""
         if name == "topics":
             description = "Topic names (a JSON object in the environment); each below."
-        lines.append(f"| `{name}` | {others} | {_default(info)} | {_unit(name, info)} | {env} | {_cell(description)} |")
+        lines.append(f"| `{name}` | {others} | {_default(info)} | {_unit(name, info)} | {env} | {cell(description)} |")
     lines += [
         "",
         "## Topics",
@@ -110,6 +107,6 @@ def settings_page() -> str:
         "| variable | read by |",
         "| --- | --- |",
     ]
-    lines += [f"| `{name}` | {_cell(what)} |" for name, what in NON_SETTING_VARIABLES.items()]
-    lines += [f"| `{prefix}*` | {_cell(what)} |" for prefix, what in NON_SETTING_PREFIXES.items()]
+    lines += [f"| `{name}` | {cell(what)} |" for name, what in NON_SETTING_VARIABLES.items()]
+    lines += [f"| `{prefix}*` | {cell(what)} |" for prefix, what in NON_SETTING_PREFIXES.items()]
     return "\n".join(lines) + "\n"
