@@ -25,6 +25,70 @@ MACHINE_PATH = re.compile(r"(?<![\w./<>-])/(?:tmp|root|home|work|Users)/[^\s`)\"
 # Kerberos' own default ticket cache: the same name on every machine, not a developer's path.
 NOT_MACHINE_PATHS = ("/tmp/krb5cc_",)
 MARKDOWN_LINK = re.compile(r"\]\(([^)\s]+)\)")
+HTML_TAGS = set(
+    [
+        "a",
+        "abbr",
+        "article",
+        "aside",
+        "b",
+        "blockquote",
+        "body",
+        "br",
+        "button",
+        "code",
+        "dd",
+        "del",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "em",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "head",
+        "header",
+        "hr",
+        "html",
+        "i",
+        "img",
+        "input",
+        "label",
+        "li",
+        "link",
+        "main",
+        "meta",
+        "nav",
+        "ol",
+        "p",
+        "path",
+        "pre",
+        "script",
+        "section",
+        "small",
+        "span",
+        "strong",
+        "sub",
+        "summary",
+        "sup",
+        "svg",
+        "table",
+        "tbody",
+        "td",
+        "th",
+        "thead",
+        "title",
+        "tr",
+        "u",
+        "ul",
+    ]
+)
 
 
 def _page(path: Path) -> str:
@@ -154,3 +218,11 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
+    # A placeholder such as <folder> written outside a code span is swallowed as an unknown HTML tag.
+    unknown = {
+        f"{page.relative_to(tmp_path / 'site')}: <{tag}>"
+        for page in (tmp_path / "site").rglob("*.html")
+        for tag in re.findall(r"<([a-zA-Z][\w.-]*)[\s>/]", page.read_text(encoding="utf-8"))
+        if tag.lower() not in HTML_TAGS
+    }
+    assert not unknown, f"placeholders read as HTML (put them in `code`): {sorted(unknown)}"
