@@ -71,7 +71,7 @@ docs: install
 
 docs-check: install
 	$(BIN)/python -m acidclean.docsgen --check
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(CURDIR)/build/site-check
+	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site"
 
 lint: install docs-check
 	$(BIN)/ruff check .

@@ -121,6 +121,12 @@ def test_every_command_has_an_entry_in_the_cli_reference() -> None:
     assert not missing, f"commands without an entry in {CLI_PAGE}: {missing}"
 
 
+def test_every_command_has_a_line_in_the_readme() -> None:
+    readme = _page(Path("README.md"))
+    missing = [name for name in main.commands if f"| `acidclean {name}" not in readme]
+    assert not missing, f"commands without a line in README.md's table of commands: {missing}"
+
+
 def test_every_option_of_a_command_is_in_its_entry() -> None:
     page = _page(CLI_PAGE)
     for name, command in main.commands.items():
