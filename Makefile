@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install jars tools kerberos demo test test-unit test-hive3 bench lint docs docs-check clean stack-down
+.PHONY: install jars tools kerberos demo test test-unit test-hive3 bench lint clean stack-down
 
 install: $(VENV)/.installed
 
@@ -65,6 +65,7 @@ bench: jars
 
 # The documentation site (mkdocs.yml): the generated pages written, then built in strict mode into
 # build/site (a warning, a broken link or anchor fails it). docs-check writes nothing: `make lint` runs it.
+.PHONY: docs docs-check
 docs: install
 	$(BIN)/python -m acidclean.docsgen
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
