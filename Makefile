@@ -73,7 +73,18 @@ test-fast: install
 bench: jars
 	$(BIN)/pytest tests/bench -m bench -s
 
-lint: install
+# The documentation site (mkdocs.yml): the generated pages written, then built in strict mode into
+# build/site (a warning, a broken link or anchor fails it). docs-check writes nothing: `make lint` runs it.
+.PHONY: docs docs-check
+docs: install
+	$(BIN)/python -m acidclean.docsgen
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+docs-check: install
+	$(BIN)/python -m acidclean.docsgen --check
+	site=$$(mktemp -d) && trap 'rm -rf "$$site"' EXIT && NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir "$$site"
+
+lint: install docs-check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p acidclean

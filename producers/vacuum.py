@@ -342,7 +342,7 @@ def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo) -> None:
         raise VacuumRefusedError(
             f"Hive's compactor has a {compaction.compaction_type} compaction of {where} in state {compaction.state} "
             f"(id {compaction.compaction_id}{since}): acidclean does not compact a {kind} Hive is compacting; retry "
-            "when it is done or turn Hive's Initiator off (see README)"
+            "when it is done or turn Hive's Initiator off (see docs/operations.md)"
         )
 
 

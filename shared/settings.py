@@ -53,6 +53,8 @@ NON_SETTING_VARIABLES: Mapping[str, str] = {
     "ACIDCLEAN_TEST_METASTORE": "hive2, hive3 or hive4, the metastore of `stack up` and the test fixtures",
     "ACIDCLEAN_CRASH_AT": "test-only crash point of the cleaner (consumers/crash_points.py)",
     "ACIDCLEAN_VENV_ARCHIVE": "the virtualenv shipped to Spark (deploy/production/vacuum-spark-submit.sh)",
+    "ACIDCLEAN_KEYTAB": "the keytab spark-submit logs in with (deploy/production/vacuum-spark-submit.sh)",
+    "ACIDCLEAN_PRINCIPAL": "the principal of ACIDCLEAN_KEYTAB (deploy/production/vacuum-spark-submit.sh)",
 }
 NON_SETTING_PREFIXES: Mapping[str, str] = {
     "ACIDCLEAN_S3_": "the S3 client (shared/s3_filesystem.py)",

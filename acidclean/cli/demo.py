@@ -14,7 +14,9 @@ from acidclean.deploy.local.metastore import FLAVOURS
 
 @click.command(
     epilog=examples(
-        "acidclean demo", "acidclean demo --storage s3 --state-dir /tmp/demo-s3", "acidclean demo --by-hand --minor"
+        "acidclean demo",
+        "acidclean demo --storage s3 --state-dir .stack-s3 --output-dir demo-s3",
+        "acidclean demo --by-hand --minor",
     )
 )
 @state_dir_option
@@ -47,6 +49,13 @@ from acidclean.deploy.local.metastore import FLAVOURS
     help="Run the vacuum as `acidclean vacuum` instead of the initiator and the vacuum service.",
 )
 @click.option("--minor", is_flag=True, help="With --by-hand: a MINOR vacuum instead of a MAJOR one.")
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the demo leaves the timeline picture and the services' logs, which `acidclean stack down` "
+    "does not remove [default: acidclean-demo beside the state directory].",
+)
 def demo(
     state_dir: Path,
     flavour: str | None,
@@ -56,18 +65,28 @@ def demo(
     interval_ms: int,
     by_hand: bool,
     minor: bool,
+    output_dir: Path | None,
 ) -> None:
     """Run the whole story on the local stack, narrated.
 
     Starts the stack, streams commits into a table while a reader holds its lock; the commit that
     crosses the threshold makes the initiator request a vacuum, the vacuum service runs it, and the
-    cleaner waits for the reader, then cleans. The stack keeps running afterwards.
+    cleaner waits for the reader, then cleans. The stack keeps running afterwards; the timeline
+    picture and the logs stay in the output folder after `acidclean stack down`.
     """
     require_extra("vacuum", "acidclean demo")
     flavour = flavour or ("hive3" if storage == "s3" else "hive2")
     if minor and not by_hand:
         raise click.UsageError("--minor needs --by-hand: the initiator picks the vacuum's type itself")
     options = DemoOptions(
-        state_dir, flavour, commits, rows, interval_ms, full=not minor, storage=storage, by_hand=by_hand
+        state_dir,
+        flavour,
+        commits,
+        rows,
+        interval_ms,
+        full=not minor,
+        storage=storage,
+        by_hand=by_hand,
+        output_dir=output_dir,
     )
     run_demo(options, click.echo)

@@ -46,8 +46,8 @@ def stack() -> None:
 @stack.command(
     epilog=examples(
         "acidclean stack up",
-        "acidclean stack up --metastore hive3 --state-dir /tmp/acidclean-hive3",
-        "acidclean stack up --storage s3 --state-dir /tmp/ac-s3",
+        "acidclean stack up --metastore hive3 --state-dir .stack-hive3",
+        "acidclean stack up --storage s3 --state-dir .stack-s3",
     )
 )
 @state_dir_option
@@ -103,7 +103,7 @@ def export_lines(info: StackInfo) -> list[str]:
     return [f"export {name}={shlex.quote(value)}" for name, value in stack_exports(info).items()]
 
 
-@stack.command(epilog=examples('eval "$(acidclean stack env)"', "acidclean stack env --state-dir /tmp/ac-s3"))
+@stack.command(epilog=examples('eval "$(acidclean stack env)"', "acidclean stack env --state-dir .stack-s3"))
 @state_dir_option
 def env(state_dir: Path) -> None:
     """Print the exports that point a shell at the stack."""
@@ -114,7 +114,7 @@ def env(state_dir: Path) -> None:
         click.echo(line)
 
 
-@stack.command(epilog=examples("acidclean stack status", "acidclean stack status --state-dir /tmp/ac-s3"))
+@stack.command(epilog=examples("acidclean stack status", "acidclean stack status --state-dir .stack-s3"))
 @state_dir_option
 def status(state_dir: Path) -> None:
     """Say what runs where; exit 1 unless every service runs.
@@ -145,7 +145,7 @@ def status(state_dir: Path) -> None:
 
 @stack.command(
     epilog=examples(
-        "acidclean stack down", "acidclean stack down --state-dir /tmp/acidclean-hive3", "acidclean stack down --forget"
+        "acidclean stack down", "acidclean stack down --state-dir .stack-hive3", "acidclean stack down --forget"
     )
 )
 @state_dir_option

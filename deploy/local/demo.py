@@ -48,7 +48,7 @@ from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
-from acidclean.shared.errors import AcidCleanError
+from acidclean.shared.errors import AcidCleanError, ConfigurationError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings, load_settings
 
@@ -67,6 +67,28 @@ class DemoOptions:
     full: bool = True  # by hand only: the initiator picks MAJOR or MINOR itself
     storage: str = "local"
     by_hand: bool = False  # run `acidclean vacuum` instead of the initiator and the vacuum service
+    # What the demo leaves for the user (the timeline, the services' logs): outside the state directory,
+    # which `acidclean stack down` removes. None: demo_output_dir of the stack's state directory.
+    output_dir: Path | None = None
+
+
+DEMO_OUTPUT = "acidclean-demo"
+
+
+def demo_output_dir(state_dir: Path) -> Path:
+    """Where the demo leaves its timeline and logs by default: ``acidclean-demo`` beside the state directory."""
+    return state_dir.resolve().parent / DEMO_OUTPUT
+
+
+def demo_output(options: DemoOptions, state_dir: Path) -> Path:
+    """The folder the demo writes its timeline and logs to; refused inside ``state_dir``."""
+    output = (options.output_dir or demo_output_dir(state_dir)).resolve()
+    if output == state_dir.resolve() or state_dir.resolve() in output.parents:
+        raise ConfigurationError(
+            f"the demo's output folder {output} is inside the stack's state directory {state_dir}, which "
+            "`acidclean stack down` removes: choose a folder outside it (--output-dir)"
+        )
+    return output
 
 
 @dataclass
@@ -296,6 +318,7 @@ class DemoStack:
 def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> float:
     """Run the story (on ``stack``, else on the local stack, started if need be); returns its duration."""
     narrator = Narrator(say)
+    demo_dir = demo_output(options, stack.state_dir if stack is not None else options.state_dir)
     if stack is None:
         storage = {"hdfs": ", an HDFS", "s3": ", an S3 API server"}.get(options.storage, "")
         narrator.step(
@@ -306,7 +329,6 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
         stack = DemoStack(info.kafka_bootstrap, info.metastore_uri, Path(info.state_dir), info.environment)
     os.environ.update(stack.environment)  # this process lists the table too
 
-    demo_dir = stack.state_dir / "demo"
     demo_dir.mkdir(parents=True, exist_ok=True)
     environ = {
         "ACIDCLEAN_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
@@ -423,6 +445,9 @@ def run_demo(options: DemoOptions, say: Say, stack: DemoStack | None = None) -> 
     narrator.step(f"acidclean audit {name} --plot {plot}")
     _run(narrator, env, "audit", name, "--plot", str(plot))
     narrator.step(f"timeline drawn to {plot}")
+    narrator.step(
+        f"the timeline and the services' logs are in {demo_dir}, which `acidclean stack down` does not remove"
+    )
     exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in environ.items())
     narrator.step(
         f"done in {narrator.elapsed:.0f} s. The stack keeps running for you to explore (export {exports}); "

@@ -6,6 +6,7 @@ killed on purpose, say) bounds every compaction, and the story must not depend o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 from acidclean.deploy.local.demo import DemoOptions, DemoStack, run_demo
 from acidclean.deploy.local.metastore import start_metastore
 from acidclean.deploy.local.process import stop_process
+from acidclean.deploy.local.stack import stop_stack
 
 pytestmark = pytest.mark.integration
 
@@ -31,8 +33,10 @@ def test_demo_story_closes_the_loop_requeues_while_the_reader_holds_on_then_clea
     kafka_bootstrap: str, own_metastore: str, tmp_path: Path
 ) -> None:
     lines: list[str] = []
-    options = DemoOptions(tmp_path, commits=4, rows=200, interval_ms=1000)
-    run_demo(options, lines.append, DemoStack(kafka_bootstrap, own_metastore, tmp_path))
+    state_dir = tmp_path / "stack"
+    state_dir.mkdir()
+    options = DemoOptions(state_dir, commits=4, rows=200, interval_ms=1000)
+    run_demo(options, lines.append, DemoStack(kafka_bootstrap, own_metastore, state_dir))
     story = "\n".join(lines)
     assert "a reader locked demo." in story
     # The loop: the last commit crosses the threshold, the initiator requests, the service vacuums.
@@ -50,8 +54,17 @@ def test_demo_story_closes_the_loop_requeues_while_the_reader_holds_on_then_clea
     # The closing line's exports let another shell run the cleaner: the allowed roots included.
     closing = lines[-1]
     assert "ACIDCLEAN_ALLOWED_ROOTS=" in closing and "ACIDCLEAN_METASTORE_URIS=" in closing, closing
-    plots = list((tmp_path / "demo").glob("*.png"))
-    assert len(plots) == 1 and plots[0].read_bytes()[:4] == b"\x89PNG"
+    # What the demo names for the user outlives `acidclean stack down`, which removes the state directory.
+    output = tmp_path / "acidclean-demo"
+    assert f"the timeline and the services' logs are in {output}, which `acidclean stack down` does not remove" in story
+    named = {Path(path) for path in re.findall(rf"({re.escape(str(output))}/[^\s;),]+)", story)}
+    assert output / "cleaner.log" in named and output / "initiator.log" in named, named
+    stop_stack(state_dir, forget=True)
+    assert not state_dir.exists()
+    for path in named:
+        assert path.exists(), f"{path}, named by the demo, is gone after stack down"
+    plots = list(output.glob("*.png"))
+    assert len(plots) == 1 and plots[0].read_bytes()[:4] == b"\x89PNG" and plots[0] in named
 
 
 def test_demo_by_hand_runs_the_vacuum_itself_and_cleans(

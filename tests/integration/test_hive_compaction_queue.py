@@ -81,7 +81,7 @@ def test_a_vacuum_of_a_partition_hive_is_compacting_refuses_naming_hives_compact
     )
     assert (
         "acidclean does not compact a partition Hive is compacting; retry when it is done or turn Hive's "
-        "Initiator off (see README)" in refused.output
+        "Initiator off (see docs/operations.md)" in refused.output
     )
     assert directories(metastore, unique_name, QUEUED) == before
 

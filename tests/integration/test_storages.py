@@ -248,7 +248,7 @@ def test_a_reader_listing_at_any_moment_during_a_vacuum_reads_the_same_rows(
 ) -> None:
     """Readers list and read in a loop while the vacuum writes and commits. On S3 the vacuum is MINOR
     with deletes: its two directories become visible together, with T's commit. A rename commits two
-    directories one after the other (the window the README names), so there the vacuum is MAJOR."""
+    directories one after the other (the window docs/layout.md names), so there the vacuum is MAJOR."""
     table = new_table(storage, unique_name)
     table.write(commits=4, delete_fraction=0.2, rows=2000)
     before = table.rows()

@@ -324,7 +324,11 @@ def _names_in_code() -> dict[str, Path]:
     suffixes = {".py", ".sh", ".yaml", ".yml", ".properties", ".toml", ".cfg", ".json", ".xml", ".java"}
     found: dict[str, Path] = {}
     for folder, subfolders, files in os.walk(REPOSITORY):
-        subfolders[:] = [d for d in subfolders if (d == ".ci" or not d.startswith(".")) and not d.endswith(".egg-info")]
+        subfolders[:] = [
+            d
+            for d in subfolders
+            if (d == ".ci" or not d.startswith(".")) and not d.endswith(".egg-info") and d != "build"  # make docs' site
+        ]
         for file in files:
             path = Path(folder, file)
             wanted = path.suffix in suffixes or file == "Makefile" or folder.endswith(".ci")
