@@ -33,17 +33,12 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaException
 
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
-from acidclean.consumers.handler import (
-    CleanerMetastore,
-    CleanerTopics,
-    CleanupHandler,
-    HandlerConfig,
-    StorageLocationLike,
-)
+from acidclean.consumers.handler import CleanupHandler
 from acidclean.consumers.logs import log
 from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics, Probes
 from acidclean.consumers.rules.paths import TenantRoots
+from acidclean.consumers.work import CleanerMetastore, CleanerTopics, HandlerConfig, StorageLocationLike
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.consumer import assignment_of, consumer_config
 from acidclean.shared.bus.producer import KafkaEventBus

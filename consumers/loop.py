@@ -73,11 +73,12 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from acidclean.consumers.assignment import Lopsided, lopsided, lopsided_advice, partitions_by_topic
 from acidclean.consumers.bundles import WaitingBundle, read_bundle
-from acidclean.consumers.handler import CleanupHandler, Outcome, Work
+from acidclean.consumers.handler import CleanupHandler
 from acidclean.consumers.logs import log
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.scheduling import clamp_due_ms, due_time_problem, poll_timeout_s
 from acidclean.consumers.waiting import WaitingGroup, group_of_model, read_envelope, read_group
+from acidclean.consumers.work import Outcome, Work
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.bus.bundle import BUNDLE_TYPE
 from acidclean.shared.bus.codec import CE_TYPE, decode, due_at_ms, header_due_at_ms, reject

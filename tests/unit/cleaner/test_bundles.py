@@ -21,10 +21,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from acidclean.consumers import handler as handler_module
+from acidclean.consumers import batch_writer as batch_writer_module
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
-from acidclean.consumers.handler import READ_IN_FULL_WITHIN, CleanupHandler
+from acidclean.consumers.bundle_check import BundleChecker
 from acidclean.consumers.loop import CleanerLoop
+from acidclean.consumers.outcome_batch import READ_IN_FULL_WITHIN
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope
@@ -1030,14 +1031,14 @@ def members_visited_over(intervals: int, tables: int, monkeypatch: pytest.Monkey
     """Bundle members checked one by one and carried on alone, not due to be read in full, over
     ``intervals`` intervals of ``tables`` tables waiting on held locks; and the members read in full."""
     visits = [0]
-    carry_member = CleanupHandler._carry_member
+    carry_member = BundleChecker._carry_member
 
-    def counted(self: CleanupHandler, *args: Any, **kwargs: Any) -> Any:
+    def counted(self: BundleChecker, *args: Any, **kwargs: Any) -> Any:
         carried = carry_member(self, *args, **kwargs)
         visits[0] += carried is not None
         return carried
 
-    monkeypatch.setattr(CleanupHandler, "_carry_member", counted)
+    monkeypatch.setattr(BundleChecker, "_carry_member", counted)
     rig = bundled_rig()
     consumer, loop, seen, _ = started(rig, tables=tables)
     cycle(loop, rig, consumer, seen, intervals)
@@ -1055,7 +1056,7 @@ def test_a_bundle_is_written_by_cohorts_of_checks_left_so_its_members_are_read_o
     its members are due to be read in full: a tenth of the members carried alone, no more full reads."""
     intervals = 100
     with_cohorts, read_with = members_visited_over(intervals, 40, monkeypatch)
-    monkeypatch.setattr(handler_module, "cohorts_by_carries", lambda run, *args, **kwargs: [list(run)])
+    monkeypatch.setattr(batch_writer_module, "cohorts_by_carries", lambda run, *args, **kwargs: [list(run)])
     without, read_without = members_visited_over(intervals, 40, monkeypatch)
     assert with_cohorts <= 0.1 * without, (with_cohorts, without)
     assert read_with <= read_without, (read_with, read_without)

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from acidclean.consumers.bundles import WaitingBundle
-from acidclean.consumers.handler import Outcome, Work
 from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState, _release_times
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import IDLE_POLL_CAP_S, delay_envelope
+from acidclean.consumers.work import Outcome, Work
 from acidclean.schemas.events import CleanupRejected, CleanupStarted, DelayEnvelope
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.errors import BusError
