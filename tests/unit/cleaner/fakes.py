@@ -625,7 +625,7 @@ def serve_list_asked_now(rig: Rig) -> LockView:
     kept = rig.handler.lock_view(rig.clock.now_ms())
     kept.all_locks()
     kept.transactions()
-    newest = rig.handler.lock_view
+    newest = rig.handler.lock_views.lock_view
 
     def oldest_allowed(read_by_ms: int) -> LockView:
         return kept if kept.asked_ms > read_by_ms else newest(read_by_ms)
