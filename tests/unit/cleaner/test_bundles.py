@@ -1133,11 +1133,11 @@ def test_riders_whose_bundle_goes_with_its_partition_are_checked_in_their_own_ta
     run_for(loop, rig, 0.1)  # the one worker takes it, and is kept busy
     forward_delays(rig, consumer, seen)  # the table's next bundle
     run_for(loop, rig, 2.1)  # due meanwhile, the bundle waits in its lane with its rider
-    [bundle_lane] = [lane for name, lane in loop._lanes.items() if name.startswith("\x00bundle/")]
+    [bundle_lane] = [lane for name, lane in loop.lanes.by_name.items() if name.startswith("\x00bundle/")]
     assert [type(work.event).__name__ for work in bundle_lane.queue] == ["WaitingBundle", "VacuumCommitted"]
     consumer.rebalance_revoke([(D, 0)])  # the bundle goes with its partition, its rider does not
-    assert [work.event.event_id for work in loop._lanes["acme/sales.t1"].queue] == [fresh.event_id]
-    assert not any(name.startswith("\x00bundle/") and lane.queue for name, lane in loop._lanes.items())
+    assert [work.event.event_id for work in loop.lanes.by_name["acme/sales.t1"].queue] == [fresh.event_id]
+    assert not any(name.startswith("\x00bundle/") and lane.queue for name, lane in loop.lanes.by_name.items())
     executor.release()
     consumer.rebalance_assign([(D, 0)])
     cycle(loop, rig, consumer, seen, 3)
@@ -1157,7 +1157,7 @@ def test_a_fresh_vacuum_still_joins_its_tables_record_read_late_by_a_cleaner_beh
     fresh = fresh_vacuum(rig, 1)
     consumer.append(V, 0, fresh)
     run_for(loop, rig, 0.1)
-    assert "acme/sales.t1" in loop._joiners  # it waits for that record rather than going on alone
+    assert "acme/sales.t1" in loop.joiners.waiting  # it waits for that record rather than going on alone
     cycle(loop, rig, consumer, seen, 2, slices=10)  # the record arrives late and takes it in
     assert joined(rig) == 1
     [table_one] = [group for group in members_of(bundles(rig)[-1]) if group.table == "sales.t1"]
