@@ -11,10 +11,14 @@ of both topics, unless the topics have different partition counts.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from acidclean.consumers.logs import log
 from acidclean.shared.bus.consumer import Assignment
+
+LOGGER = logging.getLogger("acidclean.cleaner")
 
 # Owning a single partition of one topic and none of the other is what a group with as many members
 # as partitions gets under any assignor: only two or more is a split another assignment would even out.
@@ -78,3 +82,40 @@ def lopsided_advice(found: Lopsided, group_id: str, assignment: Assignment, for_
         "process gives up all its partitions whenever one joins or leaves), stopping them all first: the two "
         "assignors cannot share a group"
     )
+
+
+# How long an assignment may stay lopsided (one topic's partitions and none of the other) before the
+# loop warns: well past the two rounds of a cooperative rebalance.
+LOPSIDED_WARN_AFTER_MS = 60_000
+
+
+class LopsidedWatch:
+    """Since when the assignment is lopsided, and the one warning once it has lasted (the loop's thread)."""
+
+    def __init__(self, group_id: str, assignment: Assignment) -> None:
+        self._group_id = group_id
+        self._assignment = assignment
+        self._since: tuple[Lopsided, int] | None = None
+        self._warned = False
+
+    def note(self, counts: Mapping[str, int], now_ms: int) -> None:
+        """The partitions owned per topic changed (``counts``)."""
+        found = lopsided(counts)
+        if found is None:
+            self._since, self._warned = None, False
+        elif self._since is None:
+            self._since = (found, now_ms)
+        else:
+            self._since = (found, self._since[1])
+
+    def warn_if_lasting(self, now_ms: int) -> None:
+        """Warn once when the assignment has stayed lopsided past a rebalance's usual length: the
+        cooperative protocols move partitions in two rounds, lopsided for a moment in between."""
+        if self._since is None or self._warned:
+            return
+        found, since_ms = self._since
+        if now_ms - since_ms < LOPSIDED_WARN_AFTER_MS:
+            return
+        self._warned = True
+        advice = lopsided_advice(found, self._group_id, self._assignment, (now_ms - since_ms) / 1000)
+        log(LOGGER, logging.WARNING, advice, owned=found.owned, topic=found.topic, missing=found.missing)

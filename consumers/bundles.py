@@ -1,6 +1,6 @@
 """A bundle of waiting tables' ``DelayedVacuums`` as the cleaner's loop reads it (see
-:mod:`acidclean.shared.bus.bundle` for the wire format, and ``CleanupHandler._handle_bundle`` for
-its check).
+:mod:`acidclean.shared.bus.bundle` for the wire format, and ``BundleChecker.check_bundle`` in
+:mod:`acidclean.consumers.bundle_check` for its check).
 
 The loop hands a bundle over as one work item, due at the latest due time of its members. Its check
 carries on, in a new bundle of the same partition, every member whose ``unchanged`` locks are all
@@ -31,7 +31,7 @@ class WaitingBundle:
     # tables wait to be checked with them (the loop's joiners), which happens in their lanes.
     spill: set[bytes] = field(default_factory=set, compare=False)
     # Fresh vacuums of its tables that ride in its lane, by key: its check may take them into their
-    # table's next record (CleanupHandler._kept_in_bundle); those it does not go back to their own lanes.
+    # table's next record (BundleChecker._kept_in_bundle); those it does not go back to their own lanes.
     riders: dict[bytes, tuple[VacuumCommitted, ...]] = field(default_factory=dict, compare=False)
     event_type = BUNDLE_TYPE
     table = ""  # a bundle has no table of its own: each member names its own

@@ -33,22 +33,19 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaException
 
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
-from acidclean.consumers.handler import (
-    CleanerMetastore,
-    CleanerTopics,
-    CleanupHandler,
-    HandlerConfig,
-    StorageLocationLike,
-)
+from acidclean.consumers.handler import CleanupHandler
 from acidclean.consumers.logs import log
-from acidclean.consumers.loop import CleanerLoop, ConsumerLike, LoopConfig
+from acidclean.consumers.loop import CleanerLoop
+from acidclean.consumers.loop_config import ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics, Probes
 from acidclean.consumers.rules.paths import TenantRoots
+from acidclean.consumers.work import CleanerMetastore, CleanerTopics, HandlerConfig, StorageLocationLike
 from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.consumer import assignment_of, consumer_config
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.clients import PerThreadClients
 from acidclean.shared.errors import ConfigurationError, UnsafePathError
 from acidclean.shared.gc_tuning import tune_for_throughput
 from acidclean.shared.hive_metastore import HiveMetastore
@@ -144,9 +141,7 @@ class CleanerProcess:
         if self.options.create_topics:
             ensure_topics(settings, CLEANER_TOPICS, group=self.group_id)
 
-        self._local = threading.local()
-        self._clients: list[Any] = []
-        self._clients_lock = threading.Lock()
+        self._clients = PerThreadClients()
         self._metastore_factory = metastore_factory or (lambda: HiveMetastore.from_settings(settings))
         self._bus_factory = bus_factory or (
             lambda: KafkaEventBus(
@@ -173,8 +168,8 @@ class CleanerProcess:
                 bundle_spread_ms=settings.cleanup_bundle_spread_ms,
                 bundle_compressed=settings.cleanup_bundle_compression == "zlib",
             ),
-            metastore=self._per_thread("metastore", self._metastore_factory),
-            bus=self._per_thread("bus", self._bus_factory),
+            metastore=self._clients.factory("metastore", self._metastore_factory),
+            bus=self._clients.factory("bus", self._bus_factory),
             open_storage=open_storage,
             roots=roots,
             metrics=self.metrics,
@@ -229,18 +224,6 @@ class CleanerProcess:
         if self._consumer_given:  # a test's fake consumer: no broker
             return None
         return self._broker_check()
-
-    def _per_thread(self, name: str, factory: Callable[[], Any]) -> Callable[[], Any]:
-        def get() -> Any:
-            client = getattr(self._local, name, None)
-            if client is None:
-                client = factory()
-                setattr(self._local, name, client)
-                with self._clients_lock:
-                    self._clients.append(client)
-            return client
-
-        return get
 
     def _consumer(self) -> ConsumerLike:
         config = cleaner_consumer_config(self.settings.kafka, self.group_id, self.cleaner_id)
@@ -323,12 +306,6 @@ class CleanerProcess:
         self._lane_pool.shutdown(wait=True, cancel_futures=True)
         self._ack_pool.shutdown(wait=True, cancel_futures=True)
         self._delete_pool.shutdown(wait=True, cancel_futures=True)
-        with self._clients_lock:
-            clients, self._clients = self._clients, []
-        for client in clients:
-            closer = getattr(client, "close", None)
-            if closer is not None:
-                try:
-                    closer()
-                except Exception as error:  # closing is best effort; everything acknowledged is already safe
-                    log(LOGGER, logging.WARNING, f"closing {type(client).__name__} failed: {error}")
+        self._clients.close_all(
+            lambda client, error: log(LOGGER, logging.WARNING, f"closing {type(client).__name__} failed: {error}")
+        )

@@ -44,10 +44,12 @@ from acidclean.shared.bus.client_logs import with_client_logger
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.consumer import ConsumerErrors, assignment_of, consumer_config, take_assignment
 from acidclean.shared.bus.kafka_errors import configuration_error
+from acidclean.shared.bus.partitions import OwnedPartitions, Partition
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.clients import PerThreadClients
 from acidclean.shared.errors import BusError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.logs import log
@@ -63,7 +65,6 @@ if TYPE_CHECKING:
 LOGGER = logging.getLogger("acidclean.vacuum_service")
 SERVICE_TOPICS = ("vacuum_requests", "vacuum_committed", "dead_letter")
 VACUUM_BUCKETS = (1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
-Partition = tuple[str, int]
 
 
 def service_group_id(settings: Settings) -> str:
@@ -170,9 +171,7 @@ class VacuumService:
             lambda: spark_session(settings.vacuum_service_master, "acidclean-vacuum-service")
         )
         self._spark: SparkSession | None = None
-        self._local = threading.local()
-        self._clients: list[Any] = []
-        self._clients_lock = threading.Lock()
+        self._clients = PerThreadClients()
         self._metastore_factory = metastore_factory or (lambda: HiveMetastore.from_settings(settings))
         self._bus_factory = bus_factory or (
             lambda: KafkaEventBus(
@@ -186,8 +185,8 @@ class VacuumService:
         self.handler = RequestHandler(
             settings,
             self.service_id,
-            metastore=self._per_thread("metastore", self._metastore_factory),
-            bus=self._per_thread("bus", self._bus_factory),
+            metastore=self._clients.factory("metastore", self._metastore_factory),
+            bus=self._clients.factory("bus", self._bus_factory),
             spark=self.spark,
             outbox=ServiceOutbox(outbox_for(settings).directory),
             stopping=self.stopping,
@@ -195,13 +194,11 @@ class VacuumService:
         )
         self._threads = settings.vacuum_service_threads
         self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="vacuum-service")
-        self._states: dict[Partition, _PartitionState] = {}
+        self._partitions: OwnedPartitions[_PartitionState] = OwnedPartitions()
+        self._states = self._partitions.states
         self._lanes: dict[str, deque[_Work]] = {}
         self._busy: set[str] = set()
-        self._executing: dict[tuple[Partition, int], int] = {}
-        self._guard = threading.Lock()
         self._finished: queue.Queue[_Finished] = queue.Queue()
-        self._generation = 0
         self._stop = threading.Event()
         self.joined = threading.Event()
         self.abandoned_close = False  # the broker did not take the final commit, or vacuums were left running
@@ -229,18 +226,6 @@ class VacuumService:
         if self._spark is None:
             self._spark = self._spark_factory()
         return self._spark
-
-    def _per_thread(self, name: str, factory: Callable[[], Any]) -> Callable[[], Any]:
-        def get() -> Any:
-            client = getattr(self._local, name, None)
-            if client is None:
-                client = factory()
-                setattr(self._local, name, client)
-                with self._clients_lock:
-                    self._clients.append(client)
-            return client
-
-        return get
 
     def _observe(self, result: VacuumResult, seconds: float) -> None:
         if result.status == "committed":
@@ -310,14 +295,11 @@ class VacuumService:
     # -- records -----------------------------------------------------------------------------------
 
     def _route(self, message: Any) -> None:
-        error = message.error()
-        if error is not None:
-            self._consumer_errors.report(error)
+        owned = self._partitions.owned_record(message, self._consumer_errors)
+        if owned is None:
             return
-        partition: Partition = (message.topic(), message.partition())
-        state = self._states.get(partition)
-        offset = message.offset()
-        if state is None or not state.accepting or (state.seen_until is not None and offset < state.seen_until):
+        partition, state, offset = owned
+        if state.seen_until is not None and offset < state.seen_until:
             return
         state.seen_until = offset + 1
         key = message.key() or b""
@@ -394,26 +376,14 @@ class VacuumService:
                     return Handled("abandoned")
 
     def handler_bus(self) -> EventBus:
-        bus: EventBus = self._per_thread("bus", self._bus_factory)()
+        bus: EventBus = self._clients.factory("bus", self._bus_factory)()
         return bus
 
     def _begin(self, work: _Work) -> bool:
-        with self._guard:
-            state = self._states.get(work.partition)
-            if state is None or not state.accepting or state.generation != work.generation:
-                return False
-            key = (work.partition, work.generation)
-            self._executing[key] = self._executing.get(key, 0) + 1
-            return True
+        return self._partitions.begin(work.partition, work.generation)
 
     def _end(self, work: _Work) -> None:
-        with self._guard:
-            key = (work.partition, work.generation)
-            left = self._executing.get(key, 1) - 1
-            if left:
-                self._executing[key] = left
-            else:
-                self._executing.pop(key, None)
+        self._partitions.end(work.partition, work.generation)
 
     def _drain_finished(self) -> None:
         while True:
@@ -431,34 +401,18 @@ class VacuumService:
     # -- offsets and rebalances --------------------------------------------------------------------
 
     def _commit(self, asynchronous: bool, only: list[Partition] | None = None, force: bool = False) -> None:
-        offsets = []
-        for partition in only if only is not None else list(self._states):
-            state = self._states.get(partition)
-            if state is None:
-                continue
-            committable = state.committable()
-            if committable is not None and (force or state.committed is None or committable > state.committed):
-                offsets.append(TopicPartition(partition[0], partition[1], committable))
-                state.committed = committable
-        if not offsets:
-            return
-        try:
-            self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
-        except KafkaException as error:  # only means those requests are looked at again (and found answered)
-            for item in offsets:
-                state = self._states.get((item.topic, item.partition))
-                if state is not None:
-                    state.committed = None
+        # A failed commit only means those requests are looked at again (and found answered).
+        error = self._partitions.commit(
+            self._consumer, asynchronous=asynchronous, only=only, force=force, failing=(KafkaException,)
+        )
+        if isinstance(error, KafkaException):
             log(LOGGER, logging.WARNING, f"offset commit failed: {error.args[0].str()}")
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
         self.joined.set()
         take_assignment(consumer, partitions, self._assignment)
         consumer.resume([TopicPartition(p.topic, p.partition) for p in partitions])
-        with self._guard:
-            for item in partitions:
-                self._generation += 1
-                self._states[(item.topic, item.partition)] = _PartitionState(self._generation)
+        self._partitions.assign(partitions, _PartitionState)
         log(LOGGER, logging.INFO, "partitions assigned", partitions=[f"{p.topic}[{p.partition}]" for p in partitions])
 
     def _on_revoke(self, consumer: Any, partitions: list[TopicPartition]) -> None:
@@ -477,40 +431,21 @@ class VacuumService:
         log(LOGGER, logging.WARNING, "partitions lost", partitions=[f"{t}[{p}]" for t, p in lost])
 
     def _stop_accepting(self, partitions: list[Partition]) -> None:
-        with self._guard:
-            for partition in partitions:
-                state = self._states.get(partition)
-                if state is not None:
-                    state.accepting = False
+        self._partitions.stop_accepting(partitions)
         wanted = set(partitions)
         for works in self._lanes.values():
             for work in [w for w in works if w.partition in wanted]:
                 works.remove(work)
 
     def _forget(self, partitions: list[Partition]) -> None:
-        with self._guard:
-            for partition in partitions:
-                self._states.pop(partition, None)
+        self._partitions.forget(partitions)
 
     def _wait_idle(self, partitions: list[Partition], timeout_s: float) -> bool:
         """Let running requests of ``partitions`` finish; False if some still run after ``timeout_s``."""
-        wanted = set(partitions)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self._drain_finished()
-            with self._guard:
-                running = [key for key in self._executing if key[0] in wanted]
-            if not running:
-                return True
-            if time.monotonic() > deadline:
-                log(
-                    LOGGER,
-                    logging.WARNING,
-                    "requests still running: left unanswered here, the group runs them again",
-                    partitions=[f"{t}[{p}]" for (t, p), _ in running],
-                )
-                return False
-            time.sleep(0.05)
+        gave_up = "requests still running: left unanswered here, the group runs them again"
+        return self._partitions.wait_idle(
+            partitions, timeout_s, self._drain_finished, logger=LOGGER, gave_up=gave_up, poll_s=0.05
+        )
 
     def _shutdown(self) -> None:
         """Stop taking requests, let running vacuums finish (bounded), commit, leave the group."""
@@ -540,12 +475,6 @@ class VacuumService:
         log(LOGGER, logging.INFO, "vacuum service stopped", service_id=self.service_id, left_running=not idle or None)
 
     def _close_clients(self) -> None:
-        with self._clients_lock:
-            clients, self._clients = self._clients, []
-        for client in clients:
-            closer = getattr(client, "close", None)
-            if closer is not None:
-                try:
-                    closer()
-                except Exception as error:  # best effort: every answer was acknowledged already
-                    log(LOGGER, logging.WARNING, f"closing {type(client).__name__} failed: {error}")
+        self._clients.close_all(
+            lambda client, error: log(LOGGER, logging.WARNING, f"closing {type(client).__name__} failed: {error}")
+        )

@@ -17,19 +17,14 @@ from events.factories import T0 as T0
 from events.factories import lock as lock
 from events.factories import vacuum as factory_vacuum
 
-from acidclean.consumers.handler import (
-    CleanerTopics,
-    CleanupHandler,
-    HandlerConfig,
-    LockView,
-    Outcome,
-    TableLockCheck,
-    Work,
-)
+from acidclean.consumers.handler import CleanupHandler
+from acidclean.consumers.lock_views import LockView
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS
+from acidclean.consumers.table_check import TableLockCheck
+from acidclean.consumers.work import CleanerTopics, HandlerConfig, Outcome, Work
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayedVacuums, DelayEnvelope, Event, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
@@ -713,10 +708,10 @@ def serve_list_asked_now(rig: Rig) -> LockView:
     kept = rig.handler.lock_view(rig.clock.now_ms())
     kept.all_locks()
     kept.transactions()
-    newest = rig.handler.lock_view
+    newest = rig.handler.lock_views.lock_view
 
     def oldest_allowed(read_by_ms: int) -> LockView:
         return kept if kept.asked_ms > read_by_ms else newest(read_by_ms)
 
-    rig.handler.lock_view = oldest_allowed  # type: ignore[method-assign]
+    rig.handler.lock_views.lock_view = oldest_allowed  # type: ignore[method-assign]
     return kept

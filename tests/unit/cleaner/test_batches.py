@@ -181,7 +181,7 @@ def test_a_batch_whose_acknowledged_records_fail_to_be_noted_dead_letters_nothin
     def failing(dues: Any) -> None:
         raise RuntimeError("dictionary changed size during iteration")
 
-    rig.handler.note_chain_due = failing  # type: ignore[method-assign]
+    rig.handler.own_checks.note_chain_due = failing  # type: ignore[method-assign]
     run_for(loop_over(rig, consumer, error_tries=2), rig, 1)
     assert rig.published(TOPICS.dead_letter) == []
     assert {done.correlation_id for done in dones(rig)} == {e.event_id for i, e in enumerate(events) if i != 1}

@@ -22,11 +22,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from hypothesis_support import examples
 
-from acidclean.consumers import handler as handler_module
-from acidclean.consumers.handler import Work
+from acidclean.consumers import batch_writer as batch_writer_module
+from acidclean.consumers.lock_views import LockView
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import cohorts_by_carries, delay_envelope
+from acidclean.consumers.work import Work
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
@@ -394,7 +395,7 @@ def test_a_crash_inside_a_batch_then_a_fresh_cleaner_loses_nothing(point: str) -
     events = [add_table(rig, i) for i in range(4)]
     for index, event in enumerate(events):
         consumer.append(V, index % 2, event)
-    rig.handler._crash = CrashAt(point)  # type: ignore[assignment]
+    rig.handler.context.crash = CrashAt(point)  # type: ignore[assignment]
     crashed = loop_over(rig, consumer)
     crashed.step()
     crashed.step()
@@ -812,14 +813,14 @@ class CohortsOfOneMachine(BundledLoopMachine):
     bundles, each due when its own last member is, under every interleaving the rules make."""
 
     def __init__(self) -> None:
-        handler_module.cohorts_by_carries = cohorts_of_one
+        batch_writer_module.cohorts_by_carries = cohorts_of_one
         super().__init__()
 
     def teardown(self) -> None:
         try:
             super().teardown()
         finally:
-            handler_module.cohorts_by_carries = cohorts_by_carries
+            batch_writer_module.cohorts_by_carries = cohorts_by_carries
 
 
 CohortsOfOneMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
@@ -853,13 +854,13 @@ class LateLockListRenewalMachine(BundledLoopMachine):
         costs = self.rig.handler.lock_call_costs
         costs.unfiltered_s = 0.2
         costs.record = lambda unfiltered, seconds: None  # type: ignore[method-assign]
-        self.rig.handler._refreshing = True  # a renewal under way: the handler starts none of its own
+        self.rig.handler.lock_views._refreshing = True  # a renewal under way: the handler starts none of its own
 
     @rule()
     def the_renewal_is_asked_for(self) -> None:
-        handler = self.rig.handler
+        handler = self.rig.handler.lock_views
         if handler._renewing is None:
-            renewal = handler_module.LockView(handler, handler._now_ms(), renewal=True)
+            renewal = LockView(handler, handler.now_ms(), renewal=True)
             try:
                 renewal.all_locks()
             except MetastoreError:
@@ -868,8 +869,8 @@ class LateLockListRenewalMachine(BundledLoopMachine):
 
     @rule()
     def the_late_renewal_lands(self) -> None:
-        handler = self.rig.handler
-        renewal = handler._renewing or handler_module.LockView(handler, handler._now_ms(), renewal=True)
+        handler = self.rig.handler.lock_views
+        renewal = handler._renewing or LockView(handler, handler.now_ms(), renewal=True)
         handler._refresh_lock_view(renewal)
         handler._refreshing = True
 

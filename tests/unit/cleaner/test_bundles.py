@@ -21,10 +21,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from acidclean.consumers import handler as handler_module
+from acidclean.consumers import batch_writer as batch_writer_module
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
-from acidclean.consumers.handler import READ_IN_FULL_WITHIN, CleanupHandler
+from acidclean.consumers.bundle_check import BundleChecker
 from acidclean.consumers.loop import CleanerLoop
+from acidclean.consumers.outcome_batch import READ_IN_FULL_WITHIN
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope
@@ -1030,14 +1031,14 @@ def members_visited_over(intervals: int, tables: int, monkeypatch: pytest.Monkey
     """Bundle members checked one by one and carried on alone, not due to be read in full, over
     ``intervals`` intervals of ``tables`` tables waiting on held locks; and the members read in full."""
     visits = [0]
-    carry_member = CleanupHandler._carry_member
+    carry_member = BundleChecker._carry_member
 
-    def counted(self: CleanupHandler, *args: Any, **kwargs: Any) -> Any:
+    def counted(self: BundleChecker, *args: Any, **kwargs: Any) -> Any:
         carried = carry_member(self, *args, **kwargs)
         visits[0] += carried is not None
         return carried
 
-    monkeypatch.setattr(CleanupHandler, "_carry_member", counted)
+    monkeypatch.setattr(BundleChecker, "_carry_member", counted)
     rig = bundled_rig()
     consumer, loop, seen, _ = started(rig, tables=tables)
     cycle(loop, rig, consumer, seen, intervals)
@@ -1055,7 +1056,7 @@ def test_a_bundle_is_written_by_cohorts_of_checks_left_so_its_members_are_read_o
     its members are due to be read in full: a tenth of the members carried alone, no more full reads."""
     intervals = 100
     with_cohorts, read_with = members_visited_over(intervals, 40, monkeypatch)
-    monkeypatch.setattr(handler_module, "cohorts_by_carries", lambda run, *args, **kwargs: [list(run)])
+    monkeypatch.setattr(batch_writer_module, "cohorts_by_carries", lambda run, *args, **kwargs: [list(run)])
     without, read_without = members_visited_over(intervals, 40, monkeypatch)
     assert with_cohorts <= 0.1 * without, (with_cohorts, without)
     assert read_with <= read_without, (read_with, read_without)
@@ -1132,11 +1133,11 @@ def test_riders_whose_bundle_goes_with_its_partition_are_checked_in_their_own_ta
     run_for(loop, rig, 0.1)  # the one worker takes it, and is kept busy
     forward_delays(rig, consumer, seen)  # the table's next bundle
     run_for(loop, rig, 2.1)  # due meanwhile, the bundle waits in its lane with its rider
-    [bundle_lane] = [lane for name, lane in loop._lanes.items() if name.startswith("\x00bundle/")]
+    [bundle_lane] = [lane for name, lane in loop.lanes.by_name.items() if name.startswith("\x00bundle/")]
     assert [type(work.event).__name__ for work in bundle_lane.queue] == ["WaitingBundle", "VacuumCommitted"]
     consumer.rebalance_revoke([(D, 0)])  # the bundle goes with its partition, its rider does not
-    assert [work.event.event_id for work in loop._lanes["acme/sales.t1"].queue] == [fresh.event_id]
-    assert not any(name.startswith("\x00bundle/") and lane.queue for name, lane in loop._lanes.items())
+    assert [work.event.event_id for work in loop.lanes.by_name["acme/sales.t1"].queue] == [fresh.event_id]
+    assert not any(name.startswith("\x00bundle/") and lane.queue for name, lane in loop.lanes.by_name.items())
     executor.release()
     consumer.rebalance_assign([(D, 0)])
     cycle(loop, rig, consumer, seen, 3)
@@ -1156,7 +1157,7 @@ def test_a_fresh_vacuum_still_joins_its_tables_record_read_late_by_a_cleaner_beh
     fresh = fresh_vacuum(rig, 1)
     consumer.append(V, 0, fresh)
     run_for(loop, rig, 0.1)
-    assert "acme/sales.t1" in loop._joiners  # it waits for that record rather than going on alone
+    assert "acme/sales.t1" in loop.joiners.waiting  # it waits for that record rather than going on alone
     cycle(loop, rig, consumer, seen, 2, slices=10)  # the record arrives late and takes it in
     assert joined(rig) == 1
     [table_one] = [group for group in members_of(bundles(rig)[-1]) if group.table == "sales.t1"]

@@ -682,9 +682,9 @@ def test_a_slow_lock_list_whose_renewal_is_late_keeps_serving_until_it_lands_but
     assert rig.metastore.calls["show_locks"] == asked + 1
     answer.set()
     deadline = time.monotonic() + 10
-    while rig.handler._refreshing and time.monotonic() < deadline:
+    while rig.handler.lock_views._refreshing and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert rig.metastore.calls["show_locks"] == asked + 2 and not rig.handler._refreshing
+    assert rig.metastore.calls["show_locks"] == asked + 2 and not rig.handler.lock_views._refreshing
 
 
 def test_a_batch_the_last_answered_lock_list_serves_does_not_wait_for_a_newer_one_being_asked() -> None:
@@ -763,7 +763,9 @@ def test_background_renewals_run_one_after_another_on_one_thread_so_they_share_o
         rig.clock.advance(1.7)  # past the renewal point: a renewal starts
         rig.handler.lock_view(0)
         deadline = time.monotonic() + 10
-        while (rig.handler._refreshing or rig.handler._renewing is not None) and time.monotonic() < deadline:
+        while (
+            rig.handler.lock_views._refreshing or rig.handler.lock_views._renewing is not None
+        ) and time.monotonic() < deadline:
             time.sleep(0.01)
     assert len(threads) == 3
     assert all(thread is threads[0] for thread in threads)
@@ -772,18 +774,18 @@ def test_background_renewals_run_one_after_another_on_one_thread_so_they_share_o
 def test_a_background_renewal_indexes_its_list_before_any_batch_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """At 10,000 locks the per-table index took about 10 ms of the interpreter; built by the first
     batch on a renewed list, it held the other batches at the list's guard meanwhile."""
-    from acidclean.consumers import handler as handler_module
+    from acidclean.consumers import lock_views as lock_views_module
 
     rig = Rig()
     rig.handler.lock_call_costs.unfiltered_s = 0.2
     built_on: list[str] = []
-    build = handler_module._by_table
+    build = lock_views_module._by_table
 
     def noting_build(locks: Any) -> Any:
         built_on.append(threading.current_thread().name)
         return build(locks)
 
-    monkeypatch.setattr(handler_module, "_by_table", noting_build)
+    monkeypatch.setattr(lock_views_module, "_by_table", noting_build)
     rig.metastore.take_lock(41, "db.t")
     rig.metastore.take_lock(42, "db.other")
     first = rig.handler.lock_view(rig.clock.now_ms() - 1)
@@ -836,7 +838,7 @@ def test_a_slow_lock_list_stops_serving_at_twice_its_age_even_while_its_renewal_
     later.all_locks()  # asked by the batch itself
     answer.set()
     deadline = time.monotonic() + 10
-    while rig.handler._refreshing and time.monotonic() < deadline:
+    while rig.handler.lock_views._refreshing and time.monotonic() < deadline:
         time.sleep(0.01)
     # The hung renewal, asked before the batch's own list, does not replace the newer one.
     assert rig.handler.lock_view(read) is later
@@ -965,9 +967,9 @@ def test_pruning_old_check_times_never_fails_while_acknowledged_records_note_the
         writer.start()
     try:
         for _ in range(20):
-            handler._pruned_ms = 0  # due for its next prune
+            handler.own_checks.pruned_ms = 0  # due for its next prune
             checks = [(SimpleNamespace(event_id=uuid.uuid4()), rig.clock.now()) for _ in range(1001)]
-            handler._remember_checks(checks)  # type: ignore[arg-type]
+            handler.own_checks.remember(checks, handler.context.now_ms())  # type: ignore[arg-type]
     finally:
         stop.set()
         for writer in writers:

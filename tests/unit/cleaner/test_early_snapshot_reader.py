@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
 
-from acidclean.consumers.rules import readiness
 from acidclean.consumers.rules.readiness import older_snapshots_skip_output, open_transactions_before
 from acidclean.shared.acid import Listing, ValidWriteIdList, acid_state, base_name, delta_name, obsolete_dirs
 from acidclean.shared.acid.write_ids import ValidCleanerWriteIdList
@@ -109,11 +108,6 @@ def _history_up_to_the_check() -> tuple[HiveSelects, Reader]:
     return history, reader
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="consumers/handler.py still scopes the open-transaction wait by committed_through_transaction; "
-    "it needs older_snapshots_skip_output (see the report and docs/safety.md)",
-)
 def test_a_hive_select_compiled_before_the_vacuum_keeps_what_a_renamed_base_replaced() -> None:
     history, _ = _history_up_to_the_check()
     outcome = history.world.rig.handle(history.world.pending[0].event)
@@ -121,12 +115,9 @@ def test_a_hive_select_compiled_before_the_vacuum_keeps_what_a_renamed_base_repl
     assert outcome.kind == "delayed"
 
 
-def test_the_call_site_change_keeps_what_the_select_reads_until_it_ends(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The handler with the call-site change of the report (its transaction rule asked through
-    older_snapshots_skip_output) over the same history: the cleanup waits, then cleans."""
-    import acidclean.consumers.handler as handler
-
-    monkeypatch.setattr(handler, "committed_through_transaction", readiness.older_snapshots_skip_output)
+def test_the_select_keeps_what_it_reads_until_it_ends_then_the_cleanup_runs() -> None:
+    """The cleaner (its transaction rule asked through older_snapshots_skip_output) over the same
+    history: the cleanup waits for the SELECT's transaction, then cleans."""
     history, _ = _history_up_to_the_check()
     outcome = history.world.rig.handle(history.world.pending[0].event)
     assert outcome.kind == "delayed"
@@ -136,22 +127,9 @@ def test_the_call_site_change_keeps_what_the_select_reads_until_it_ends(monkeypa
     assert base_name(2) not in history.world.rig.fs.children(LOCATION)
 
 
-class HiveSelectHistoriesWithTheCallSiteChange(CleanerHistories):
+class HiveSelectHistories(CleanerHistories):
     """The cleaner histories of test_histories_never_lose_a_reader with Hive's reader as Hive's code
-    runs it (a read-only query keeps its compile-time snapshot after it locks), against the cleanup
-    handler with the call-site change applied for the length of each history."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        import acidclean.consumers.handler as handler
-
-        self._handler_module = handler
-        self._saved_rule = handler.committed_through_transaction
-        handler.committed_through_transaction = readiness.older_snapshots_skip_output  # type: ignore[assignment]
-
-    def teardown(self) -> None:
-        self._handler_module.committed_through_transaction = self._saved_rule  # type: ignore[assignment]
-        super().teardown()
+    runs it (a read-only query keeps its compile-time snapshot after it locks)."""
 
     @initialize(count=st.integers(2, 6))
     def committed_history(self, count: int) -> None:
@@ -179,12 +157,12 @@ class HiveSelectHistoriesWithTheCallSiteChange(CleanerHistories):
         self.world.readers.append(Reader(opening.txn, lock_id, self.needs(opening.write_ids, opening.txns)))
 
 
-HiveSelectHistoriesWithTheCallSiteChange.TestCase.settings = settings(
+HiveSelectHistories.TestCase.settings = settings(
     max_examples=40,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_hive_selects_keep_their_snapshot_and_lose_nothing_with_the_call_site_change = (
-    HiveSelectHistoriesWithTheCallSiteChange.TestCase
+test_hive_selects_keep_their_snapshot_and_lose_nothing = (
+    HiveSelectHistories.TestCase
 )

@@ -413,7 +413,7 @@ def test_crash_points_are_told_each_step_and_change_nothing_on_the_delete_path(r
     plain = Rig()
     plain.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
     plain.fs.add_acid_dirs(LOCATION, [D1, D2, D3, NEW])
-    rig.handler._crash = Recorder()  # type: ignore[assignment]
+    rig.handler.context.crash = Recorder()  # type: ignore[assignment]
     rig.metastore.release(7)
     plain.metastore.release(7)
     assert rig.handle(vacuum()).kind == plain.handle(vacuum()).kind == "cleaned"

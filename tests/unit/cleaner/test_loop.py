@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from acidclean.consumers.bundles import WaitingBundle
-from acidclean.consumers.handler import Outcome, Work
-from acidclean.consumers.loop import CleanerLoop, LoopConfig, PartitionState, _release_times
+from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.consumers.partition_state import PartitionState, release_times
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import IDLE_POLL_CAP_S, delay_envelope
+from acidclean.consumers.work import Outcome, Work
 from acidclean.schemas.events import CleanupRejected, CleanupStarted, DelayEnvelope
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.errors import BusError
@@ -304,8 +305,8 @@ def test_a_bundle_waits_for_the_single_records_due_with_it_but_never_makes_them_
             held_work(2900, b"acme/sales.c"),  # the table's later record, due first
         ]
     )
-    assert _release_times(held, 100) == [1040, 1040, 2000, 2050, 3000, 3000]
-    assert _release_times(held, 0) == [1000, 1040, 2000, 2050, 3000, 3000]
+    assert release_times(held, 100) == [1040, 1040, 2000, 2050, 3000, 3000]
+    assert release_times(held, 0) == [1000, 1040, 2000, 2050, 3000, 3000]
 
 
 class SlowAcknowledgements(StubHandler):
@@ -517,7 +518,7 @@ def test_work_of_a_revoked_partition_that_has_not_started_is_abandoned(
 ) -> None:
     loop = make_loop(consumer, handler, clock)
     consumer.append(V, 0, vacuum())
-    loop._route(_message(consumer, V, 0, 0), clock.now_ms())  # handed over, queued in its lane
+    loop.intake.route(_message(consumer, V, 0, 0), clock.now_ms())  # handed over, queued in its lane
     consumer.rebalance_revoke([(V, 0)])
     run(loop, 3)
     assert handler.handled == []
@@ -662,7 +663,7 @@ def test_a_cleaner_that_cannot_keep_up_stops_reading_until_its_lanes_drain_and_l
             self.queued: list[int] = []
 
         def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            self.queued.append(loop._outstanding())
+            self.queued.append(loop.intake.outstanding())
             return super().submit(fn, *args, **kwargs)
 
     executor = CountingExecutor()

@@ -9,8 +9,13 @@ import logging
 import pytest
 from confluent_kafka import KafkaError
 
-from acidclean.consumers.assignment import Lopsided, lopsided, lopsided_advice, partitions_by_topic
-from acidclean.consumers.loop import LOPSIDED_WARN_AFTER_MS
+from acidclean.consumers.assignment import (
+    LOPSIDED_WARN_AFTER_MS,
+    Lopsided,
+    lopsided,
+    lopsided_advice,
+    partitions_by_topic,
+)
 from acidclean.shared.bus.consumer import Assignment
 
 from .fakes import TOPICS, FakeConsumer, Rig, loop_over, run_for

@@ -14,12 +14,12 @@ from events.factories import done as factory_done
 from events.factories import vacuum as factory_vacuum
 
 from acidclean.consumers.audit import fold, overdue_after
-from acidclean.consumers.handler import Outcome, Work
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import storage_path
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import clamp_due_ms, delay_envelope
+from acidclean.consumers.work import Outcome, Work
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name

@@ -174,7 +174,7 @@ def test_a_table_recreated_between_the_announcement_and_the_delete_keeps_every_f
     rig = Rig()
     rig.metastore.add_table("sales.orders", "file:" + LOCATION, "ds=2025-03-14")
     rig.fs.add_acid_dirs(LOCATION, [D1, D2, "delta_0000003_0000003_0000", "delta_0000001_0000003"])
-    rig.handler._crash = RecreateAt(rig, same_table=same_table)
+    rig.handler.context.crash = RecreateAt(rig, same_table=same_table)  # type: ignore[assignment]
     outcome = rig.handle(vacuum())
     assert outcome.kind == "cleaned"
     assert rig.fs.deleted == []
