@@ -6,7 +6,9 @@ and its vectorized ACID reader (``VectorizedOrcAcidRowBatchReader``), of hive-ex
 in a JVM (deploy/local/hive_reader.py) over the tables' directories, under the valid write id list and
 transaction list of the real metastore. Every row must be the row ``acidclean read`` prints, with its
 identity (``originalTransaction``, ``bucket``, ``rowId``). A reader whose snapshot was taken while a writer
-was open must refuse ("Not enough history") or return exactly the rows committed in that snapshot.
+was open must not take a later base over that writer's id for its base (Hive's compactor output is a
+compacted base, ``_metadata_acid``), and must refuse ("Not enough history") or return exactly the rows
+committed in that snapshot.
 
 On a Hive 2 metastore the ids are transaction ids, in the same string form: Hive 3 and 4 read such
 deltas the same way, so the same checks run there too.
@@ -170,9 +172,8 @@ def test_a_vacuums_base_carries_exactly_the_side_files_hives_compactor_writes(
     # Hive 3.1's compactor (CompactorOutputCommitter) marks a minor compaction's delta with
     # _orc_acid_version only; Hive 4's compactor marks nothing more.
     (delta,) = minor.new_directories
-    assert {p.name for p in Path(table, delta).iterdir() if p.name.startswith("_o") or p.name.startswith("_m")} == {
-        "_orc_acid_version"
-    }
+    side_files = {p.name for p in Path(table, delta).iterdir()} & {"_orc_acid_version", "_metadata_acid"}
+    assert side_files == {"_orc_acid_version"}
     (base,) = major.new_directories
     for reader in hive_readers:
         hives = tmp_path / f"base-by-hive-{reader.version}"
@@ -246,25 +247,34 @@ def test_a_snapshot_taken_while_a_writer_was_open_never_reads_its_rows_from_a_la
     unique_name: str,
     hive_readers: list[HiveReader],
 ) -> None:
-    """A query compiles (its snapshot) while a writer is open; the writer commits, a vacuum writes a base
-    over its write id; the query then lists. Hive must refuse or read what its snapshot committed."""
+    """A query compiles (its snapshot) while a writer W is open and a later writer has committed; W
+    commits, a vacuum writes a base over both; the query then lists. The base's id is committed in the
+    query's snapshot, W's is not: Hive must refuse or read what its snapshot committed, never W's rows."""
     new_table(metastore, unique_name, buckets=BUCKETS)
     write(metastore, unique_name, rows=30, commits=2)
     writer = metastore.open_txn()
     try:
         open_id = _write_uncommitted_delta(metastore, unique_name, writer, rows=50)
+        (later,) = write(metastore, unique_name, rows=20)
         compiled = snapshot_ids(metastore, unique_name)
         committed_then = acidclean_rows(metastore_uri, unique_name)
     except BaseException:
         metastore.abort_txn(writer)
         raise
     metastore.commit_txn(writer)
-    assert len(committed_then) == 60 and all(row[0] != open_id for row in committed_then)
+    assert len(committed_then) == 80 and all(row[0] != open_id for row in committed_then)
     major = vacuum(metastore, settings, spark, unique_name, full=True)
-    assert major.new_directories == (f"base_{open_id:07d}",)  # the base holds the writer's rows
+    (base,) = major.new_directories
+    assert base == f"base_{later.write_id:07d}"  # it holds the writer's rows
     paths = locations(metastore, unique_name)
     for reader in hive_readers:
         read = hive_reads(reader, paths, compiled)
+        # Hive's compactor output is a compacted base: never the base of a snapshot with an id open
+        # below it (an insert overwrite's base would be, its own id being committed).
+        refused = "Not enough history" in read["errors"].get("acid_state", "")
+        assert refused or all(state["base"] != base for state in read["acid_state"]), (
+            f"Hive {reader.version} took {base} for an insert overwrite's base: {read['acid_state']}"
+        )
         for kind in ("rows", "vectorized"):
             refused = "Not enough history" in read["errors"].get(kind, "")
             assert refused or (kind not in read["errors"] and read[kind] == committed_then), (
