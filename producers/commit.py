@@ -38,10 +38,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from acidclean.shared.acid.names import parse_directory_name
+from acidclean.shared.acid.names import BASE_PREFIX, parse_directory_name
 from acidclean.shared.acid.overlaps import conflicting_directories
 from acidclean.shared.errors import AcidLayoutError, VacuumError
-from acidclean.shared.orc.writer import write_acid_version_file
+from acidclean.shared.orc.writer import write_acid_version_file, write_compacted_marker
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 STAGING_PREFIX = "_tmp_acidclean_"
@@ -69,8 +69,9 @@ def _exists(fs: pafs.FileSystem, path: str) -> bool:
 
 
 def finish_directories(fs: pafs.FileSystem, staging_dir: str, targets: Sequence[str]) -> list[str]:
-    """Give every staged target directory its ``_orc_acid_version`` side file (and create the insert
-    target even when every row was deleted: an empty base still supersedes what it compacted).
+    """Give every staged target directory the side files Hive's compactor gives its output: the
+    ``_orc_acid_version`` of every directory, and a base's ``_metadata_acid`` (``compacted``). Create the
+    insert target even when every row was deleted: an empty base still supersedes what it compacted.
     Returns the targets that exist in staging, in commit order."""
     present = []
     for index, target in enumerate(targets):
@@ -79,6 +80,8 @@ def finish_directories(fs: pafs.FileSystem, staging_dir: str, targets: Sequence[
         if not _exists(fs, path) and not is_insert_target:
             continue  # a delete delta no bucket had events for
         write_acid_version_file(fs, path)
+        if target.startswith(BASE_PREFIX):
+            write_compacted_marker(fs, path)
         present.append(target)
     return present
 

@@ -23,6 +23,9 @@ VISIBILITY_PREFIX = "_v"
 BUCKET_PREFIX = "bucket_"
 ORC_ACID_VERSION_FILE = "_orc_acid_version"
 METADATA_FILE = "_metadata_acid"
+# The _metadata_acid of a compacted base, byte for byte as Hive 3.1's compactor
+# (MetaDataFile.createCompactorMarker) and Hive 4's AcidMetaDataFile.writeToFile(COMPACTED) write it.
+COMPACTED_METADATA = b'{"thisFileVersion":"0","dataFormat":"compacted"}'
 FLUSH_LENGTH_SUFFIX = "_flush_length"
 
 # Side files that are part of a base or delta although their names start with "_".

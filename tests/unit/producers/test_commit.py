@@ -72,12 +72,31 @@ def test_commit_renames_every_target_into_place_and_removes_staging(tmp_path: Pa
     assert (tmp_path / TARGETS[1] / "_orc_acid_version").read_text() == "2"
 
 
+@pytest.mark.rule10
+@pytest.mark.parametrize("base", ["base_0000004", "base_0000004_v0000009"])
+def test_a_base_gets_hives_compacted_marker_and_a_minor_vacuums_deltas_only_the_version_file(
+    tmp_path: Path, base: str
+) -> None:
+    """As Hive 3.1's compactor (CompactorOutputCommitter: ``_orc_acid_version`` in every directory,
+    ``_metadata_acid`` when major); Hive 4 writes the same bytes (AcidMetaDataFile.writeToFile(COMPACTED))."""
+    staging = stage(tmp_path)
+    (Path(staging) / base).mkdir()
+    finish_directories(FS, staging, [*TARGETS, base])
+    for delta in TARGETS:
+        assert sorted(p.name for p in (Path(staging) / delta).iterdir()) == ["_orc_acid_version", "bucket_00000"]
+    assert (Path(staging) / base / "_metadata_acid").read_bytes() == b'{"thisFileVersion":"0","dataFormat":"compacted"}'
+    assert (Path(staging) / base / "_orc_acid_version").read_bytes() == b"2"
+
+
 def test_an_insert_target_without_rows_still_commits_and_a_delete_target_without_events_does_not(
     tmp_path: Path,
 ) -> None:
     staging = str(tmp_path / staging_name("j"))
     assert finish_directories(FS, staging, ["delete_delta_0000001_0000002", "base_0000002"]) == ["base_0000002"]
-    assert sorted(p.name for p in (tmp_path / staging_name("j") / "base_0000002").iterdir()) == ["_orc_acid_version"]
+    assert sorted(p.name for p in (tmp_path / staging_name("j") / "base_0000002").iterdir()) == [
+        "_metadata_acid",
+        "_orc_acid_version",
+    ]
 
 
 @pytest.mark.rule6

@@ -177,7 +177,11 @@ def test_a_bucket_whose_rows_were_all_deleted_leaves_an_empty_but_valid_base(tmp
     table.insert(30)
     table.delete(1.0, seed=3)
     table.vacuum(CompactionType.MAJOR)
-    assert sorted(os.listdir(f"{table.root}/base_0000002")) == ["_acidclean_vacuum.json", "_orc_acid_version"]
+    assert sorted(os.listdir(f"{table.root}/base_0000002")) == [
+        "_acidclean_vacuum.json",
+        "_metadata_acid",
+        "_orc_acid_version",
+    ]
     assert table.rows().num_rows == 0
 
 
