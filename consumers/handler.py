@@ -130,10 +130,9 @@ from acidclean.shared.bus.codec import decode, due_at_ms, fit_field, header_due_
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import BusError, MetastoreError, TableNotFoundError
-from acidclean.shared.filesystem import FileSystem, StorageError
-from acidclean.shared.identity import TableIdentity
 from acidclean.shared.lock_entries import snapshot_entry
-from acidclean.shared.metastore import LockInfo, TableInfo
+from acidclean.shared.metastore import LockInfo, TableIdentity, TableInfo
+from acidclean.shared.storage import FileSystem, StorageError
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 LOGGER = logging.getLogger("acidclean.cleaner")
