@@ -40,7 +40,6 @@ from acidclean.consumers.loop_config import ConsumerLike, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics, Probes
 from acidclean.consumers.rules.paths import TenantRoots
 from acidclean.consumers.work import CleanerMetastore, CleanerTopics, HandlerConfig, StorageLocationLike
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.consumer import assignment_of, consumer_config
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import EventBus
@@ -52,6 +51,7 @@ from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.memory_release import MemoryReleaser, keep_large_blocks_out_of_the_heap
 from acidclean.shared.probes import CONSUMER_ONLY_PREFIXES, broker_check, metastore_check_for
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
 from acidclean.shared.thread_switching import shorten_thread_switches
 
 LOGGER = logging.getLogger("acidclean.cleaner")

@@ -38,10 +38,9 @@ from acidclean.consumers.work import CleanerContext, CleanerMetastore, Outcome, 
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import cleaner_ids
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
-from acidclean.shared.filesystem import FileSystem, StorageError
-from acidclean.shared.identity import TableIdentity
 from acidclean.shared.lock_entries import snapshot_entry
-from acidclean.shared.metastore import TableInfo
+from acidclean.shared.metastore import TableIdentity, TableInfo
+from acidclean.shared.storage import FileSystem, StorageError
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 LOGGER = logging.getLogger("acidclean.cleaner")

@@ -23,7 +23,7 @@ from acidclean.consumers.rules.readiness import lock_scope
 from acidclean.consumers.scheduling import vacuum_of
 from acidclean.consumers.work import CleanerContext, StorageLocationLike
 from acidclean.schemas.events import RemovedDirectory
-from acidclean.shared.identity import TableIdentity
+from acidclean.shared.metastore import TableIdentity
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")

@@ -38,7 +38,7 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.bus.bundle import CarriedBundle, PrebuiltRecord, Republished
 from acidclean.shared.bus.codec import fit_field
-from acidclean.shared.identity import TableIdentity
+from acidclean.shared.metastore import TableIdentity
 
 if TYPE_CHECKING:
     from acidclean.consumers.table_check import TableLockCheck

@@ -22,9 +22,8 @@ from typing import Protocol
 from acidclean.consumers.logs import log
 from acidclean.schemas.events import RemovedDirectory
 from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
-from acidclean.shared.filesystem import FileSystem, StorageError
-from acidclean.shared.identity import ListedFile, TableIdentity, file_difference, table_difference
-from acidclean.shared.metastore import TableInfo
+from acidclean.shared.metastore import TableIdentity, TableInfo, table_difference
+from acidclean.shared.storage import FileSystem, ListedFile, StorageError, file_difference
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 

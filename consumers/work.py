@@ -26,8 +26,8 @@ from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.bus.bundle import MAX_BUNDLE_RECORDS
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
-from acidclean.shared.filesystem import FileSystem
 from acidclean.shared.metastore import LockInfo, TableInfo
+from acidclean.shared.storage import FileSystem
 
 if TYPE_CHECKING:
     from acidclean.consumers.outcome_batch import PreparedCleanup
@@ -63,7 +63,7 @@ class CleanerMetastore(Protocol):
 
 
 class StorageLocationLike(Protocol):
-    """What :func:`acidclean.shared.arrow_filesystem.open_location` returns."""
+    """What :func:`acidclean.shared.storage.open_location` returns."""
 
     @property
     def fs(self) -> FileSystem: ...

@@ -29,10 +29,10 @@ from acidclean.shared.acid.events import ROW
 from acidclean.shared.acid.names import DirectoryKind, bucket_file_name
 from acidclean.shared.acid.state import AcidState, Listing
 from acidclean.shared.acid.write_ids import ValidIdList
-from acidclean.shared.arrow_filesystem import open_location, storage_environment
 from acidclean.shared.errors import UnreadableFileError
 from acidclean.shared.orc.reader import read_delete_events, read_state, snapshot_files
 from acidclean.shared.orc.writer import delete_events
+from acidclean.shared.storage import open_location, storage_environment
 
 
 @dataclass(frozen=True)

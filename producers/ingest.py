@@ -30,13 +30,13 @@ from acidclean.shared.acid.events import BUCKET, decode_bucket_property
 from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.names import bucket_file_name, delta_name
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import StorageLocation, open_location
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.errors import AcidCleanError, ConfigurationError, TableNotFoundError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, LockType, Metastore, Operation, TableInfo, partition_name
 from acidclean.shared.orc.reader import read_snapshot
 from acidclean.shared.orc.writer import delete_events, insert_events, write_acid_version_file
+from acidclean.shared.storage import StorageLocation, open_location
 
 STATEMENT_ID = 0
 

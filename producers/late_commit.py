@@ -17,10 +17,10 @@ from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.overlaps import overlapping_current
 from acidclean.shared.acid.state import acid_state
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import StorageLocation
 from acidclean.shared.errors import AcidCleanError
 from acidclean.shared.metastore import Metastore, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
+from acidclean.shared.storage import StorageLocation
 
 LOGGER = logging.getLogger("acidclean.vacuum")
 

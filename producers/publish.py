@@ -22,7 +22,6 @@ from acidclean.producers.outbox import DRAFT, Outbox, OutboxEntry
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import ArrowFileSystem, open_location
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.protocol import Delivery, EventBus
 from acidclean.shared.bus.topics import ensure_topics
@@ -30,6 +29,7 @@ from acidclean.shared.errors import AcidCleanError
 from acidclean.shared.location_sharing import resolve_sharers
 from acidclean.shared.metastore import Metastore, split_table_name
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import ArrowFileSystem, open_location
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, MarkerError, VacuumMarker
 
 LOGGER = logging.getLogger(__name__)

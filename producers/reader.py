@@ -22,7 +22,6 @@ from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.partition_names import parse_partition_name
 from acidclean.shared.acid.state import acid_state
 from acidclean.shared.acid.write_ids import ValidIdList, ValidTxnList
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.errors import AcidCleanError, TableNotFoundError
 from acidclean.shared.metastore import (
     LockRequestComponent,
@@ -33,6 +32,7 @@ from acidclean.shared.metastore import (
     partition_name,
 )
 from acidclean.shared.orc.reader import list_table_dir, read_state
+from acidclean.shared.storage import open_location
 
 HEARTBEAT_INTERVAL_S = 30.0  # well inside Hive's default transaction timeout (300 s)
 

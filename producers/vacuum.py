@@ -71,7 +71,6 @@ from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import StorageLocation, location_scheme, open_location
 from acidclean.shared.errors import (
     AcidCleanError,
     MetastoreError,
@@ -83,6 +82,7 @@ from acidclean.shared.errors import (
 from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import StorageLocation, location_scheme, open_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -223,3 +223,53 @@ def split_table_name(name: str) -> tuple[str, str]:
     if not dot or not db or not table or "." in table:
         raise MetastoreError(f"table {name!r} must be written as DB.TABLE")
     return db.lower(), table.lower()
+
+
+# --- which table: the identity the cleaner checks just before it deletes (rule 9) -----------------
+# A name says nothing about which table it names now: a table dropped and created again under the same
+# name gets the same location, and its writers, whose write ids restart at 1, the same directory names.
+# The cleaner records at its check the table's identity (Hive 4's table id; on Hive 2 and 3, which have
+# none, its create time and location) and compares it again just before it deletes.
+
+
+@dataclass(frozen=True)
+class TableIdentity:
+    """The table (or partition) a cleanup was checked against."""
+
+    table_id: int | None  # Hive 4's TBL_ID; None on Hive 2 and 3
+    create_time: int | None  # seconds, as the metastore keeps it
+    location: str
+    partition_create_time: int | None = None  # a partition dropped and added again has a new one
+
+    @classmethod
+    def of(cls, table: TableInfo) -> TableIdentity:
+        return cls(table.table_id, table.create_time, table.location, table.partition_create_time)
+
+    def describe(self) -> str:
+        if self.table_id is not None:
+            return f"table id {self.table_id} at {self.location}"
+        return f"created at {self.create_time} at {self.location}"
+
+
+def table_difference(checked: TableIdentity, now: TableIdentity) -> str | None:
+    """Why ``now`` is not the table ``checked`` was, or None when it is the same table.
+
+    The id decides when both have one (Hive 4); else the create time; the location always counts,
+    since the directories listed at the check are children of it."""
+    if checked.location.rstrip("/") != now.location.rstrip("/"):
+        return f"its location changed from {checked.location} to {now.location}"
+    if checked.table_id is not None and now.table_id is not None:
+        if checked.table_id != now.table_id:
+            return f"it is another table now (table id {now.table_id}, checked {checked.table_id})"
+    elif _differ(checked.create_time, now.create_time):
+        return f"it was created again (create time {now.create_time}, checked {checked.create_time})"
+    if _differ(checked.partition_create_time, now.partition_create_time):
+        return (
+            f"its partition was added again (create time {now.partition_create_time}, "
+            f"checked {checked.partition_create_time})"
+        )
+    return None
+
+
+def _differ(checked: int | None, now: int | None) -> bool:
+    return checked is not None and now is not None and checked != now

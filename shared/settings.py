@@ -57,8 +57,8 @@ NON_SETTING_VARIABLES: Mapping[str, str] = {
     "ACIDCLEAN_PRINCIPAL": "the principal of ACIDCLEAN_KEYTAB (deploy/production/vacuum-spark-submit.sh)",
 }
 NON_SETTING_PREFIXES: Mapping[str, str] = {
-    "ACIDCLEAN_S3_": "the S3 client (shared/s3_filesystem.py)",
-    "ACIDCLEAN_HDFS_": "the HDFS client (shared/hdfs_filesystem.py)",
+    "ACIDCLEAN_S3_": "the S3 client (shared/storage/s3.py)",
+    "ACIDCLEAN_HDFS_": "the HDFS client (shared/storage/hdfs.py)",
     "ACIDCLEAN_BENCH_": "sizes of the benchmarks (tests/bench/)",
     "ACIDCLEAN_SCALE_": "sizes of the scale benchmark (tests/bench/bench_scale.py)",
 }

@@ -43,7 +43,6 @@ from acidclean.schemas.events import (
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.bundle import is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
@@ -54,6 +53,7 @@ from acidclean.shared.lock_entries import snapshot_entry
 from acidclean.shared.metastore import LockRequestComponent
 from acidclean.shared.orc.writer import insert_events, write_bucket_file
 from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.storage import open_location
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 TENANT = "acme"

@@ -19,13 +19,13 @@ from acidclean.producers.vacuum import VacuumRequest, VacuumResult, outbox_for, 
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.orc.reader import read_snapshot
 from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.storage import open_location
 
 DB = "producers_it"
 IDENTITY_ORDER = [("originalTransaction", "ascending"), ("bucket", "ascending"), ("rowId", "ascending")]

@@ -30,8 +30,8 @@ from acidclean.shared.acid.write_ids import (
     ValidTxnList,
     ValidWriteIdList,
 )
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.orc.reader import list_table_dir, read_state
+from acidclean.shared.storage import open_location
 
 
 def _ids(value: str | None) -> list[int]:

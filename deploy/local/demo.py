@@ -44,13 +44,13 @@ from acidclean.schemas.events import (
     VacuumRequested,
     VacuumStarted,
 )
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.errors import AcidCleanError, ConfigurationError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.storage import open_location
 
 Say = Callable[[str], None]
 REQUEUES_BEFORE_RELEASE = 2

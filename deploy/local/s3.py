@@ -58,7 +58,7 @@ class S3Endpoint:
     region: str
 
     def environment(self) -> dict[str, str]:
-        """Variables that point :mod:`acidclean.shared.s3_filesystem` (and Spark executors, which
+        """Variables that point :mod:`acidclean.shared.storage.s3` (and Spark executors, which
         inherit them, and any AWS SDK) at this server. No ``AWS_ENDPOINT_URL``: only S3 is local."""
         return {
             "ACIDCLEAN_S3_ENDPOINT": self.endpoint_url,

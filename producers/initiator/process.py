@@ -60,7 +60,6 @@ from acidclean.schemas.events import (
 )
 from acidclean.shared.acid.state import Listing, acid_state
 from acidclean.shared.acid.write_ids import ValidWriteIdList
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.consumer import ConsumerErrors, OffsetLedger, make_consumer
 from acidclean.shared.bus.producer import KafkaEventBus
@@ -74,13 +73,13 @@ from acidclean.shared.errors import (
     MetastoreError,
     TableNotFoundError,
 )
-from acidclean.shared.filesystem import StorageError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.logs import log as log_fields
 from acidclean.shared.metastore import TableInfo, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.probes import Probes, broker_check, metastore_check_for, serve_http
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import StorageError, open_location
 
 log = logging.getLogger("acidclean.initiator")
 

@@ -52,10 +52,10 @@ from acidclean.deploy.local.process import free_port
 from acidclean.schemas.events import DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import cleaner_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import header_due_at_ms
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.storage import open_location
 from acidclean.shared.vacuum_marker import VACUUM_MARKER
 
 pytestmark = pytest.mark.bench

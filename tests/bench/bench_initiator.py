@@ -37,7 +37,6 @@ from acidclean.producers.initiator.rules import Thresholds, decide, figures_of
 from acidclean.schemas.events import DeltaCommitted, VacuumRequested
 from acidclean.shared.acid.state import acid_state
 from acidclean.shared.acid.write_ids import ValidWriteIdList
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.reader import LogReader
@@ -46,6 +45,7 @@ from acidclean.shared.bus.topics import ensure_topics
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
 
 pytestmark = pytest.mark.bench
 

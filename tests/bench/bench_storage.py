@@ -32,8 +32,8 @@ from acidclean.producers.plan import CompactionType
 from acidclean.producers.publish import Publisher
 from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum
 from acidclean.shared.acid.names import parse_bucket_file
-from acidclean.shared.arrow_filesystem import StorageLocation, open_location
 from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.storage import StorageLocation, open_location
 
 pytestmark = pytest.mark.bench
 

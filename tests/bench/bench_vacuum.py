@@ -48,9 +48,9 @@ from acidclean.producers.plan import CompactionType
 from acidclean.producers.publish import Publisher
 from acidclean.producers.vacuum import VacuumRequest, outbox_for, run_vacuum
 from acidclean.shared.acid.names import parse_bucket_file
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
 
 pytestmark = pytest.mark.bench
 

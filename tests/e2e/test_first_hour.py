@@ -21,7 +21,7 @@ import pytest
 
 from acidclean.deploy.local.process import stop_process
 from acidclean.deploy.local.stack import read_state, stack_down
-from acidclean.shared.arrow_filesystem import open_location
+from acidclean.shared.storage import open_location
 
 pytestmark = pytest.mark.integration
 

@@ -31,9 +31,9 @@ from acidclean.cli import main as cli
 from acidclean.deploy.local.metastore import start_metastore
 from acidclean.deploy.local.process import stop_process
 from acidclean.shared.acid.id_lists import MetastoreKind
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.errors import VacuumRefusedError
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.storage import open_location
 
 pytestmark = pytest.mark.integration
 

@@ -29,10 +29,9 @@ from confluent_kafka import Consumer, TopicPartition
 from acidclean.consumers.cleaner_process import CleanerProcess, cleaner_group_id
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.scheduling import delay_envelope
-from acidclean.shared.arrow_filesystem import open_location
-from acidclean.shared.filesystem import StorageError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import StorageError, open_location
 
 pytestmark = [pytest.mark.integration, pytest.mark.rule5]
 INTERVAL_S = 0.3

@@ -18,9 +18,8 @@ from storage_support import StorageStack
 
 from acidclean.deploy.local.hdfs import hdfs_ready
 from acidclean.deploy.local.process import free_port
-from acidclean.shared.arrow_filesystem import StorageLocation, open_location
-from acidclean.shared.filesystem import Entry, StorageError, TreeSize
-from acidclean.shared.hdfs_filesystem import open_hdfs
+from acidclean.shared.storage import Entry, StorageError, StorageLocation, TreeSize, open_location
+from acidclean.shared.storage.hdfs import open_hdfs
 
 pytestmark = pytest.mark.integration
 

@@ -30,10 +30,10 @@ from acidclean.deploy.local.hive_reader import HiveReader, compile_hive_reader
 from acidclean.producers.acid_files import write_acid_events
 from acidclean.producers.hive_types import generate_rows
 from acidclean.shared.acid.names import delta_name
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.orc.writer import insert_events, write_acid_version_file
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
 
 pytestmark = [pytest.mark.integration, pytest.mark.metastore, pytest.mark.rule10]
 

@@ -15,11 +15,11 @@ from acidclean.cli import main as cli
 from acidclean.schemas.events import DeltaCommitted
 from acidclean.shared.acid.events import decode_bucket_property
 from acidclean.shared.acid.id_lists import MetastoreKind, reader_ids
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import raw_record
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.storage import open_location
 
 pytestmark = pytest.mark.integration
 

@@ -29,11 +29,11 @@ from acidclean.shared.acid.partition_names import (
     parse_partition_name,
     unescape_path_name,
 )
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.errors import MetastoreError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, LockType, Operation
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
 
 pytestmark = [pytest.mark.integration, pytest.mark.metastore]  # CI runs these on Hive 3 too
 

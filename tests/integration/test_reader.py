@@ -15,10 +15,10 @@ from acidclean.producers.hive_types import generate_rows
 from acidclean.producers.locks import acquire_lock
 from acidclean.producers.reader import LockedRead, locked_read
 from acidclean.shared.acid.names import delta_name
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, LockType, Operation
 from acidclean.shared.orc.writer import insert_events, write_acid_version_file
+from acidclean.shared.storage import open_location
 
 pytestmark = pytest.mark.integration
 

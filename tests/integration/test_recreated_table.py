@@ -29,9 +29,9 @@ from acidclean.producers.ingest import IngestRequest, ingest
 from acidclean.producers.reader import locked_read
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import delta_name
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.orc.writer import insert_events, write_bucket_file
 from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.storage import open_location
 
 pytestmark = [pytest.mark.integration, pytest.mark.rule9, pytest.mark.rule3]
 

@@ -27,9 +27,8 @@ import pytest
 from storage_support import StorageStack
 
 from acidclean.deploy.local.s3 import S3Endpoint, s3_ready, s3_requests
-from acidclean.shared.arrow_filesystem import StorageLocation, open_location
-from acidclean.shared.filesystem import StorageError, TreeSize
-from acidclean.shared.s3_filesystem import s3_options
+from acidclean.shared.storage import StorageError, StorageLocation, TreeSize, open_location
+from acidclean.shared.storage.s3 import s3_options
 
 pytestmark = pytest.mark.integration
 
@@ -211,7 +210,7 @@ def test_a_listing_too_old_to_reuse_is_not_used_for_a_delete(
     put_objects(s3.endpoint, table, ["delta_0000001_0000001_0000/bucket_00000"])
     table.fs.list_dir(table.path)
     put_objects(s3.endpoint, table, ["delta_0000001_0000001_0000/bucket_00001"])  # written after that listing
-    monkeypatch.setattr("acidclean.shared.s3_filesystem.LISTING_REUSE_S", 0.0)
+    monkeypatch.setattr("acidclean.shared.storage.s3.LISTING_REUSE_S", 0.0)
     before = s3.requests()
 
     table.fs.delete_dir(table.child("delta_0000001_0000001_0000"))

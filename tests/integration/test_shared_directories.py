@@ -22,10 +22,10 @@ from cleaner_support import Watcher, running_cleaner
 from hmsclient import hmsclient
 from producers_support import DB, new_table, vacuum, write
 
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.metastore import LockRequestComponent, LockType, Operation
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
 
 pytestmark = [pytest.mark.integration, pytest.mark.metastore, pytest.mark.rule8, pytest.mark.rule1]
 

@@ -37,10 +37,10 @@ from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.names import parse_directory_name
 from acidclean.shared.acid.write_ids import ValidTxnList
-from acidclean.shared.arrow_filesystem import StorageLocation, open_location
 from acidclean.shared.errors import VacuumError
 from acidclean.shared.orc.reader import read_snapshot
 from acidclean.shared.settings import Settings, load_settings
+from acidclean.shared.storage import StorageLocation, open_location
 
 pytestmark = pytest.mark.integration
 IDENTITY_ORDER = [("originalTransaction", "ascending"), ("bucket", "ascending"), ("rowId", "ascending")]

@@ -35,10 +35,10 @@ from acidclean.cli import main as cli
 from acidclean.producers.publish import Publisher
 from acidclean.producers.reader import locked_read
 from acidclean.shared.acid.id_lists import MetastoreKind
-from acidclean.shared.arrow_filesystem import open_location
 from acidclean.shared.errors import VacuumError, VacuumRefusedError
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from acidclean.shared.arrow_filesystem import normalise_uri, open_location
-from acidclean.shared.filesystem import StorageError
+from acidclean.shared.storage import StorageError, normalise_uri, open_location
 
 
 def make_tree(root: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from acidclean.shared.errors import ConfigurationError
-from acidclean.shared.filesystem import StorageError
-from acidclean.shared.hdfs_filesystem import (
+from acidclean.shared.storage import StorageError
+from acidclean.shared.storage.hdfs import (
     HdfsLocation,
     describe_hdfs_error,
     hdfs_options,

@@ -21,7 +21,8 @@ RULES = [
     "acidclean.consumers.rules.obsolete",
     "acidclean.consumers.rules.paths",
     "acidclean.shared.metastore",
-    "acidclean.shared.filesystem",
+    "acidclean.shared.storage",
+    "acidclean.shared.storage.interface",
     "acidclean.shared.bus.protocol",
 ]
 ADAPTER_LIBRARIES = ("thrift", "hmsclient", "pyarrow", "pyorc", "confluent_kafka", "pyspark")

@@ -8,8 +8,8 @@ import pytest
 
 from acidclean.deploy.local.s3 import S3Endpoint, _records, s3_operation
 from acidclean.shared.errors import ConfigurationError
-from acidclean.shared.filesystem import StorageError
-from acidclean.shared.s3_filesystem import (
+from acidclean.shared.storage import StorageError
+from acidclean.shared.storage.s3 import (
     DEFAULT_DELETE_PAGE_SIZE,
     S3Options,
     delete_pages,
@@ -199,14 +199,14 @@ def test_the_endpoint_environment_points_our_client_at_it() -> None:
 
 
 def test_listings_kept_for_reuse_are_forgotten_once_too_old(monkeypatch: pytest.MonkeyPatch) -> None:
-    from acidclean.shared import s3_filesystem
+    from acidclean.shared.storage import s3 as s3_storage
 
-    fs = s3_filesystem.S3FileSystem.__new__(s3_filesystem.S3FileSystem)
+    fs = s3_storage.S3FileSystem.__new__(s3_storage.S3FileSystem)
     fs._listed, fs._listed_lock = {}, __import__("threading").Lock()
     now = [100.0]
-    monkeypatch.setattr(s3_filesystem.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(s3_storage.time, "monotonic", lambda: now[0])
     monkeypatch.setattr(fs, "_list_objects", lambda bucket, prefix: [(f"{prefix}delta_1/bucket_00000", 5)])
     fs.list_dir("bucket/warehouse/db.db/a")
-    now[0] += s3_filesystem.LISTING_REUSE_S + 1
+    now[0] += s3_storage.LISTING_REUSE_S + 1
     fs.list_dir("bucket/warehouse/db.db/b")
     assert list(fs._listed) == ["bucket/warehouse/db.db/b"]

@@ -32,9 +32,8 @@ from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
-from acidclean.shared.filesystem import Entry, StorageError, TreeSize
-from acidclean.shared.identity import ListedFile
 from acidclean.shared.metastore import LockInfo, TableInfo
+from acidclean.shared.storage import Entry, ListedFile, StorageError, TreeSize
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 LONG_MAX = 9223372036854775807

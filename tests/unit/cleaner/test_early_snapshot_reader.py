@@ -163,6 +163,4 @@ HiveSelectHistories.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_hive_selects_keep_their_snapshot_and_lose_nothing = (
-    HiveSelectHistories.TestCase
-)
+test_hive_selects_keep_their_snapshot_and_lose_nothing = HiveSelectHistories.TestCase

@@ -18,8 +18,7 @@ from acidclean.consumers.remover import (
     remove_all,
 )
 from acidclean.shared.errors import MetastoreError, TableNotFoundError
-from acidclean.shared.identity import TableIdentity, table_difference
-from acidclean.shared.metastore import TableInfo
+from acidclean.shared.metastore import TableIdentity, TableInfo, table_difference
 
 from .fakes import LOCATION, FakeFileSystem, Rig, vacuum
 

@@ -13,7 +13,7 @@ from acidclean.consumers.rules.verdicts import NotYet, Refusal
 from acidclean.shared.acid.id_lists import MetastoreKind, cleaner_ids
 from acidclean.shared.acid.names import base_name, delta_name, parse_directory_name
 from acidclean.shared.errors import UnsafePathError
-from acidclean.shared.filesystem import Entry
+from acidclean.shared.storage import Entry
 
 from .fakes import LOCATION, vacuum
 

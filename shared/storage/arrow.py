@@ -1,21 +1,19 @@
-"""Storage access through ``pyarrow.fs``: local paths now, ``hdfs://`` and ``s3://`` through the same calls.
+"""Storage through ``pyarrow.fs``: :class:`ArrowFileSystem`, the base every backend extends, and the
+local backend (plain paths and ``file:`` URIs).
 
-Table locations come from the metastore as URIs (``file:/warehouse/db.db/t``, ``hdfs://nn/...``,
-``s3a://bucket/...``). :func:`open_location` turns one into a :class:`StorageLocation`: a file
-system plus a path, with the handful of operations acidclean performs on table directories.
+:mod:`acidclean.shared.storage.hdfs` and :mod:`acidclean.shared.storage.s3` subclass
+:class:`ArrowFileSystem`; this module imports neither (the registry chooses among them by scheme).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from urllib.parse import quote
 
 import pyarrow.fs as pafs
 
-from acidclean.shared.filesystem import Entry, StorageError, TreeSize
-from acidclean.shared.identity import ListedFile
+from acidclean.shared.storage.interface import Entry, ListedFile, StorageError, TreeSize
 
 
 class ArrowFileSystem:
@@ -123,18 +121,6 @@ class ArrowFileSystem:
         return True
 
 
-@dataclass(frozen=True)
-class StorageLocation:
-    """A table or partition directory: the file system it lives on and its path there."""
-
-    fs: ArrowFileSystem
-    path: str
-    uri: str
-
-    def child(self, name: str) -> str:
-        return f"{self.path.rstrip('/')}/{name}"
-
-
 def normalise_uri(uri: str) -> str:
     """A metastore location as the URI pyarrow wants. Hive writes Hadoop ``Path`` strings: local
     locations as ``file:/path``, and paths not percent-encoded: the directory of the partition
@@ -151,53 +137,22 @@ def normalise_uri(uri: str) -> str:
     return f"{scheme}://{authority}{quote(path, safe='/')}"
 
 
-def location_scheme(uri: str) -> str:
-    """``file``, ``hdfs`` or ``s3`` (``s3a`` and ``s3n`` are Hadoop's names for ``s3``) of a location."""
+def open_local(uri: str, environ: Mapping[str, str] | None = None) -> tuple[ArrowFileSystem, str]:
+    """The local file system and the path of a plain path (made absolute) or a ``file:`` URI."""
     if "://" not in uri and not uri.startswith("file:"):
-        return "file"
-    scheme = uri.partition(":")[0].lower()
-    return "s3" if scheme in ("s3a", "s3n") else scheme
+        return ArrowFileSystem(pafs.LocalFileSystem()), os.path.abspath(uri)
+    return open_arrow_uri(uri, environ)
 
 
-# Environment variables that configure storage clients (endpoints, credentials, Kerberos). A vacuum
-# copies them into its Spark tasks: executors on a cluster do not inherit the driver's environment.
-STORAGE_ENV_PREFIXES = ("ACIDCLEAN_S3_", "ACIDCLEAN_HDFS_", "AWS_")
-
-
-def storage_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The storage client settings of ``environ`` (default: this process's environment)."""
-    source = os.environ if environ is None else environ
-    return {name: value for name, value in source.items() if name.startswith(STORAGE_ENV_PREFIXES)}
-
-
-def open_location(uri: str, environ: Mapping[str, str] | None = None) -> StorageLocation:
-    """The file system and path of a location URI or plain local path.
-
-    ``hdfs://`` goes through :mod:`acidclean.shared.hdfs_filesystem` and ``s3://``/``s3a://`` through
-    :mod:`acidclean.shared.s3_filesystem`; their settings come from the environment (``ACIDCLEAN_S3_*``
-    and the standard ``AWS_*`` variables; ``ACIDCLEAN_HDFS_*``) of ``environ``, by default this
-    process's environment.
-    """
-    if "://" not in uri and not uri.startswith("file:"):
-        return StorageLocation(ArrowFileSystem(pafs.LocalFileSystem()), os.path.abspath(uri), uri)
-    scheme = location_scheme(uri)
-    if scheme == "hdfs":
-        from acidclean.shared.hdfs_filesystem import open_hdfs
-
-        fs, path = open_hdfs(uri, environ)
-        return StorageLocation(fs, path, uri)
-    if scheme == "s3":
-        from acidclean.shared.s3_filesystem import open_s3
-
-        fs, path = open_s3(uri, environ)
-        return StorageLocation(fs, path, uri)
+def open_arrow_uri(uri: str, environ: Mapping[str, str] | None = None) -> tuple[ArrowFileSystem, str]:
+    """The file system pyarrow itself makes for ``uri`` (``file:``, and a scheme no backend registers)."""
     try:
         arrow, path = pafs.FileSystem.from_uri(normalise_uri(uri))
     except (OSError, ValueError) as error:
         raise StorageError(
             f"cannot open storage location {uri}: {error}. Supported: local paths, file:, hdfs://, s3:// and s3a://"
         ) from error
-    return StorageLocation(ArrowFileSystem(arrow), path, uri)
+    return ArrowFileSystem(arrow), path
 
 
 def _local_files(path: str) -> list[ListedFile]:

@@ -49,10 +49,9 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from acidclean.shared.arrow_filesystem import ArrowFileSystem
 from acidclean.shared.errors import ConfigurationError
-from acidclean.shared.filesystem import Entry, StorageError, TreeSize
-from acidclean.shared.identity import ListedFile
+from acidclean.shared.storage.arrow import ArrowFileSystem
+from acidclean.shared.storage.interface import Entry, ListedFile, StorageError, TreeSize
 
 AUTHENTICATION_KEY = "hadoop.security.authentication"
 AUTHENTICATIONS = ("simple", "kerberos")

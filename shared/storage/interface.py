@@ -1,8 +1,13 @@
 """What acidclean needs of storage: the :class:`FileSystem` protocol and its plain values.
 
-Nothing here touches storage or imports pyarrow; the cleaner's rules and the unit tests' fakes use
-these types alone. :mod:`acidclean.shared.arrow_filesystem` implements the protocol over
-``pyarrow.fs`` for local paths, HDFS and S3.
+Nothing here touches storage or imports pyarrow or a backend; the cleaner's rules and the unit tests'
+fakes use these types alone. :mod:`acidclean.shared.storage.arrow` implements the protocol over
+``pyarrow.fs`` (locally), :mod:`~acidclean.shared.storage.hdfs` and :mod:`~acidclean.shared.storage.s3`
+extend it, and :mod:`~acidclean.shared.storage.registry` chooses one by a location's URI scheme.
+
+A file's name says nothing about which file it is now: the cleaner records, at its check, every file
+of an obsolete directory with its storage identity and size (:class:`ListedFile`) and compares them
+again just before it deletes (rule 9, :func:`file_difference`).
 """
 
 from __future__ import annotations
@@ -11,7 +16,32 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from acidclean.shared.errors import AcidCleanError
-from acidclean.shared.identity import ListedFile
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """One file under a directory, as a listing saw it.
+
+    ``identity`` is what tells this file from another of the same name and size on its storage:
+    ``ino=..,dev=..,mtime_ns=..`` on a local file system; ``etag=..,modified=..`` (and ``version=..``
+    when the bucket is versioned) on S3; ``mtime_ns=..`` on HDFS, whose client does not expose the
+    file id (a file written again with the same size in the same millisecond is not told apart).
+    """
+
+    path: str  # relative to the directory listed, "/"-separated
+    size: int
+    identity: str
+
+
+def file_difference(checked: ListedFile | None, now: ListedFile) -> str | None:
+    """Why the file listed ``now`` is not the one listed at the check, or None when it is."""
+    if checked is None:
+        return "not listed at the check"
+    if checked.size != now.size:
+        return f"size changed from {checked.size} to {now.size}"
+    if checked.identity != now.identity:
+        return f"another file now ({now.identity}, checked {checked.identity})"
+    return None
 
 
 @dataclass(frozen=True)

@@ -58,10 +58,9 @@ from typing import Any
 import pyarrow.fs as pafs
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from acidclean.shared.arrow_filesystem import ArrowFileSystem
 from acidclean.shared.errors import ConfigurationError
-from acidclean.shared.filesystem import Entry, StorageError, TreeSize
-from acidclean.shared.identity import ListedFile
+from acidclean.shared.storage.arrow import ArrowFileSystem
+from acidclean.shared.storage.interface import Entry, ListedFile, StorageError, TreeSize
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 DEFAULT_DELETE_PAGE_SIZE = 250
