@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from hypothesis_support import examples
 
 from acidclean.shared.acid import (
     Listing,
@@ -161,7 +162,7 @@ def reader_snapshots(draw: st.DrawFn, history: History) -> ValidWriteIdList:
     return ValidWriteIdList.from_ids(high_watermark, sorted(open_ids), aborted)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(data=st.data(), history=histories())
 def test_the_cleaner_view_never_removes_what_a_reader_covering_its_watermark_reads(
     data: st.DataObject, history: History

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from acidclean.consumers import handler as handler_module
+from acidclean.consumers import publishing as publishing_module
 from acidclean.schemas.events import CleanupDone, CleanupRejected, CleanupStarted, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
 from acidclean.shared.errors import BusError
@@ -356,7 +356,7 @@ def test_a_broker_that_does_not_answer_is_not_waited_for_once_per_event_of_the_b
 ) -> None:
     """The batch's publish times out and so does the first event retried alone: the others are not
     retried one by one (each would wait out the timeout), nothing is deleted and nothing committed."""
-    monkeypatch.setattr(handler_module, "ISOLATION_GIVE_UP_S", 0.05)  # the same story, in a tenth of a second
+    monkeypatch.setattr(publishing_module, "ISOLATION_GIVE_UP_S", 0.05)  # the same story, in a tenth of a second
     consumer = FakeConsumer(rig.clock)
     for index in range(4):
         consumer.append(V, 0, add_table(rig, index))

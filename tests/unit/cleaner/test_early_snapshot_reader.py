@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, precondition, rule
+from hypothesis_support import examples
 
 from acidclean.consumers.rules.readiness import older_snapshots_skip_output, open_transactions_before
 from acidclean.shared.acid import Listing, ValidWriteIdList, acid_state, base_name, delta_name, obsolete_dirs
@@ -158,7 +159,7 @@ class HiveSelectHistories(CleanerHistories):
 
 
 HiveSelectHistories.TestCase.settings = settings(
-    max_examples=40,
+    max_examples=examples(40),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

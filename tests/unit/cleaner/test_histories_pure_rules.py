@@ -35,6 +35,7 @@ from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis_support import examples
 
 from acidclean.producers.plan import CompactionPlan, CompactionType, plan_compaction
 from acidclean.shared.acid.claims import verify_claims
@@ -319,7 +320,7 @@ class PureHistories(RuleBasedStateMachine):
 
 
 HISTORY_SETTINGS = settings(
-    max_examples=100,
+    max_examples=examples(100),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
