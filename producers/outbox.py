@@ -26,6 +26,7 @@ from typing import Any
 
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.errors import VacuumError
+from acidclean.shared.settings import Settings
 
 DRAFT = "draft"
 READY = "ready"
@@ -101,3 +102,8 @@ class Outbox:
                     f"outbox entry {path} cannot be read ({error}); inspect it, then move it away to continue"
                 ) from error
         return found
+
+
+def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
+    """The outbox of ``directory``, by default ``<state_dir>/outbox``."""
+    return Outbox(Path(directory) if directory else settings.state_dir / "outbox")

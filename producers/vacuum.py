@@ -48,6 +48,7 @@ from acidclean.producers.commit_mode import CommitMode, choose_commit_mode
 from acidclean.producers.compact import BucketResult, bucket_tasks, input_row_type, needs_row_type
 from acidclean.producers.exclusion import ExclusionSettings, exclusive_vacuum
 from acidclean.producers.outbox import Outbox
+from acidclean.producers.outbox import outbox_for as outbox_for  # where callers have imported it from
 from acidclean.producers.plan import (
     CompactionPlan,
     CompactionType,
@@ -116,11 +117,6 @@ class VacuumResult:
     removed_staging: tuple[str, ...] = ()  # staging directories of vacuums that died while writing
     commit_mode: CommitMode = CommitMode.RENAME
     visibility_txn_id: int | None = None  # the transaction that committed a visibility-txn vacuum
-
-
-def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
-    """The outbox of ``directory``, by default ``<state_dir>/outbox``."""
-    return Outbox(Path(directory) if directory else settings.state_dir / "outbox")
 
 
 def lookup_table(metastore: Metastore, table: str, partition: str | None) -> TableInfo:
