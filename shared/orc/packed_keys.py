@@ -1,6 +1,6 @@
 """Delete events matched to rows by one packed int64 key, with numpy: the fast path of the snapshot
-reader (:mod:`acidclean.shared.orc.reader`), taken where numpy is installed (the vacuum extra brings
-it with pyspark); the base install has no numpy and the reader joins instead."""
+reader (:mod:`acidclean.shared.orc.reader`), taken where numpy is installed (the vacuum extra has
+it); the base install has no numpy and the reader joins instead."""
 
 from __future__ import annotations
 

@@ -529,7 +529,7 @@ def _deleted_by_join(rows: pa.Table, deletes: pa.Table) -> pa.BooleanArray:
 def _deleted_rows(rows: pa.Table, deletes: pa.Table) -> pa.BooleanArray:
     """A boolean mask of the rows a visible delete event removes (rows keep their order)."""
     try:
-        # numpy's packed keys are several times faster; numpy comes with the vacuum extra (pyspark),
+        # numpy's packed keys are several times faster; numpy comes with the vacuum extra,
         # the base install (acid-state, read) has none and joins.
         from acidclean.shared.orc.packed_keys import deleted_by_packed_key
     except ImportError:
