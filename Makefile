@@ -1,11 +1,12 @@
 # The two commands of the README: `make demo` (the main job on the local stack) and `make test`.
-# Everything else is a step they call. Nothing here needs Docker.
+# Everything else is a step they call. Nothing here needs Docker: `make images` builds the images with
+# buildah and the image tests run them with podman (Debian's packages, installed by container-tools).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install jars tools kerberos demo test test-unit test-fast test-hive3 bench lint clean stack-down
+.PHONY: install jars tools kerberos container-tools images demo test test-unit test-fast test-hive3 bench lint clean stack-down
 
 install: $(VENV)/.installed
 
@@ -52,6 +53,50 @@ kerberos: install
 	@if command -v krb5-config >/dev/null; then \
 		$(BIN)/python -c 'import gssapi' 2>/dev/null || $(BIN)/pip install --quiet -e '.[kerberos]'; fi
 
+# The images of deploy/docker, built with buildah (--isolation chroot) and run with podman and runc:
+# Debian's packages, installed with apt-get when missing and this runs as root (CI does); elsewhere it
+# says so and the image tests (tests/e2e/test_images.py) skip with the reason. CONTAINERS_CONF gives
+# podman the settings these machines need (runc, no default ulimits).
+CONTAINER_PACKAGES := podman buildah runc debootstrap
+export CONTAINERS_CONF := $(CURDIR)/deploy/docker/containers.conf
+container-tools:
+	@missing=; for tool in podman buildah runc debootstrap; do \
+		PATH="$$PATH:/usr/sbin:/sbin" command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing the container engine for the images (missing:$$missing): apt-get install $(CONTAINER_PACKAGES)"; \
+			export DEBIAN_FRONTEND=noninteractive; \
+			apt-get update -qq && apt-get install -y -qq $(CONTAINER_PACKAGES) >/dev/null \
+				|| { echo "apt-get could not install $(CONTAINER_PACKAGES)" >&2; exit 1; }; \
+		else echo "container engine missing ($$missing) and not installable here (needs root and apt-get:" \
+			"apt-get install $(CONTAINER_PACKAGES)): the image tests will be skipped"; fi; \
+	fi
+
+# The base of both images: PYTHON_IMAGE=python:3.11.10-slim-bookworm where an image registry is
+# reachable; by default (none is, here) Debian bookworm with its Python 3.11, made by debootstrap from
+# the Debian mirror once and kept in podman's image store as BASE_IMAGE.
+IMAGE_TAG ?= 0.1.0
+BASE_IMAGE ?= localhost/acidclean-base:bookworm
+PYTHON_IMAGE ?=
+# The builds' pip and curl trust the host's CA bundle, mounted during RUN steps only (not in any
+# layer): where egress goes through a TLS proxy with its own CA (as on these machines), only the host
+# trusts it. Empty HOST_CA_BUNDLE: the images' own CA certificates.
+HOST_CA_BUNDLE ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+HOST_TRUST := $(if $(HOST_CA_BUNDLE),--volume $(HOST_CA_BUNDLE):/etc/ssl/host-ca.crt:ro \
+	--volume $(CURDIR)/deploy/docker/host-trust/pip.conf:/etc/pip.conf:ro \
+	--volume $(CURDIR)/deploy/docker/host-trust/curlrc:/root/.curlrc:ro)
+images: container-tools
+	@if [ -z "$(PYTHON_IMAGE)" ]; then PATH="$$PATH:/usr/sbin:/sbin" deploy/docker/debian-base.sh $(BASE_IMAGE); fi
+	@for image in cleaner vacuum; do \
+		echo "building localhost/acidclean-$$image:$(IMAGE_TAG)"; \
+		buildah bud --quiet --isolation chroot --layers \
+			--build-arg PYTHON_IMAGE=$(or $(PYTHON_IMAGE),$(BASE_IMAGE)) $(HOST_TRUST) \
+			--ignorefile deploy/docker/$$image.Dockerfile.dockerignore \
+			-f deploy/docker/$$image.Dockerfile -t localhost/acidclean-$$image:$(IMAGE_TAG) . >/dev/null \
+			|| exit 1; \
+	done
+	@podman images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep '^localhost/acidclean-'
+
 # Three tiers (markers in pyproject.toml): test-fast, the inner loop (every pure test, a few Hypothesis
 # examples each, under a minute); test-unit, the same tests at full strength; test, everything, with
 # every integration test on the real services (serial: they share one Kafka, metastore and Spark).
@@ -59,7 +104,7 @@ kerberos: install
 PURE := -m 'not integration and not bench'
 WORKERS ?= 2
 
-test: jars lint tools kerberos
+test: jars lint tools kerberos container-tools
 	HYPOTHESIS_PROFILE=ci HELM=$(CURDIR)/.cache/bin/helm $(BIN)/pytest
 	HYPOTHESIS_PROFILE=ci ACIDCLEAN_TEST_METASTORE=hive3 $(BIN)/pytest -m metastore tests/integration
 	HYPOTHESIS_PROFILE=ci ACIDCLEAN_TEST_METASTORE=hive4 $(BIN)/pytest -m metastore tests/integration

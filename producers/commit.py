@@ -41,7 +41,7 @@ import pyarrow.fs as pafs
 from acidclean.shared.acid.names import BASE_PREFIX, parse_directory_name
 from acidclean.shared.acid.overlaps import conflicting_directories
 from acidclean.shared.errors import AcidLayoutError, VacuumError
-from acidclean.shared.orc.writer import write_acid_version_file, write_compacted_marker
+from acidclean.shared.orc.version_file import write_acid_version_file, write_compacted_marker
 from acidclean.shared.vacuum_marker import VACUUM_MARKER, VacuumMarker
 
 STAGING_PREFIX = "_tmp_acidclean_"

@@ -32,6 +32,7 @@ from typing import Any
 
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.errors import VacuumError
+from acidclean.shared.settings import Settings
 
 LOGGER = logging.getLogger(__name__)
 
@@ -112,3 +113,8 @@ class Outbox:
                 except OSError as move_error:
                     LOGGER.warning("could not set aside %s: %s", path, move_error)
         return found
+
+
+def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
+    """The outbox of ``directory``, by default ``<state_dir>/outbox``."""
+    return Outbox(Path(directory) if directory else settings.state_dir / "outbox")

@@ -50,6 +50,7 @@ from acidclean.producers.compact import BucketResult, bucket_tasks, input_row_ty
 from acidclean.producers.exclusion import ExclusionSettings, VacuumLock, exclusive_vacuum, register_vacuum_txn
 from acidclean.producers.late_commit import overlapping_outputs
 from acidclean.producers.outbox import Outbox
+from acidclean.producers.outbox import outbox_for as outbox_for  # where callers have imported it from
 from acidclean.producers.plan import (
     CompactionPlan,
     CompactionType,
@@ -121,11 +122,6 @@ class VacuumResult:
     commit_mode: CommitMode = CommitMode.RENAME
     visibility_txn_id: int | None = None  # the transaction that committed a visibility-txn vacuum
     overlapping_directories: tuple[str, ...] = ()  # another vacuum's output over the same ids (a late commit)
-
-
-def outbox_for(settings: Settings, directory: str | os.PathLike[str] | None = None) -> Outbox:
-    """The outbox of ``directory``, by default ``<state_dir>/outbox``."""
-    return Outbox(Path(directory) if directory else settings.state_dir / "outbox")
 
 
 def lookup_table(metastore: Metastore, table: str, partition: str | None) -> TableInfo:

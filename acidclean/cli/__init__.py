@@ -123,7 +123,7 @@ class InterruptWatchdog:
 
 # The optional dependencies (pyproject's extras) and the modules each brings: the cleaner, the audit
 # and the stack install without them, so the commands that need one check before they start.
-EXTRAS: dict[str, tuple[str, ...]] = {"vacuum": ("pyspark", "pyorc"), "plot": ("matplotlib",)}
+EXTRAS: dict[str, tuple[str, ...]] = {"vacuum": ("pyspark", "pyorc", "numpy"), "plot": ("matplotlib",)}
 
 
 def require_extra(extra: str, command: str) -> None:

@@ -457,9 +457,8 @@ def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Pa
 
     Exit 0 when all were published, 3 when some still cannot be (they stay in the outbox).
     """
-    require_extra("vacuum", "acidclean outbox flush")
+    from acidclean.producers.outbox import outbox_for
     from acidclean.producers.publish import Publisher, flush_outbox
-    from acidclean.producers.vacuum import outbox_for
 
     settings = _settings(config_file)
     box = outbox_for(settings, outbox_dir)
@@ -486,8 +485,7 @@ def outbox_flush(outbox_dir: str | None, publish_timeout: float, config_file: Pa
 @config_option
 def outbox_list(outbox_dir: str | None, config_file: Path | None) -> None:
     """List the events waiting in the outbox."""
-    require_extra("vacuum", "acidclean outbox list")
-    from acidclean.producers.vacuum import outbox_for
+    from acidclean.producers.outbox import outbox_for
 
     box = outbox_for(_settings(config_file), outbox_dir)
     entries = box.entries()

@@ -4,15 +4,18 @@
 # through pyarrow. It has the kerberos extra (gssapi, for a metastore with hive.metastore.sasl.enabled)
 # and MIT Kerberos' GSSAPI library, which hdfs-native's Kerberos loads too. Build from the repository root:
 #   docker build -f deploy/docker/cleaner.Dockerfile -t acidclean-cleaner:0.1.0 .
+# or `make images` (buildah; the base a Debian made by debootstrap where no image registry is reachable).
 ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 # gssapi publishes wheels for Windows and macOS only (none for Linux, manylinux included): pip builds it
-# from the sdist against MIT Kerberos' headers and krb5-config (libkrb5-dev), with a C compiler. Only
-# this stage has them; the runtime stage gets the shared libraries.
+# from the sdist against MIT Kerberos' headers and krb5-config (libkrb5-dev), with a C compiler and
+# Python's headers (libpython3.11-dev: the python image has its own, the Debian base of `make images`
+# has none). Only this stage has them; the runtime stage gets the shared libraries.
 RUN apt-get update \
  && apt-get install --yes --no-install-recommends gcc=4:12.2.* libc6-dev=2.36-* libkrb5-dev=1.20.* \
+      libpython3.11-dev=3.11.* \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # acidclean/ holds symbolic links to the top-level folders: copy both so the wheel build resolves them.

@@ -5,6 +5,7 @@
 # the driver image of spark-submit (or with the Spark operator), executors from the same image. The
 # kerberos extra (gssapi) and MIT Kerberos' libraries are in, for a metastore that requires Kerberos.
 #   docker build -f deploy/docker/vacuum.Dockerfile -t acidclean-vacuum:0.1.0 .
+# or `make images` (buildah; the base a Debian made by debootstrap where no image registry is reachable).
 ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS jars
@@ -28,9 +29,11 @@ RUN curl -fsSLo hadoop-aws-${HADOOP_VERSION}.jar \
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# gssapi has no Linux wheels on PyPI: it builds from the sdist against libkrb5-dev, with a C compiler.
+# gssapi has no Linux wheels on PyPI: it builds from the sdist against libkrb5-dev, with a C compiler
+# and Python's headers (libpython3.11-dev, for a base without them).
 RUN apt-get update \
  && apt-get install --yes --no-install-recommends gcc=4:12.2.* libc6-dev=2.36-* libkrb5-dev=1.20.* \
+      libpython3.11-dev=3.11.* \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./

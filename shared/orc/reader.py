@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
@@ -398,8 +397,13 @@ def _row_columns(table: pa.Table, opened: _OpenFile, layout: _RowLayout, struct_
     return arrays
 
 
-def _constant(value: int, count: int, dtype: type[np.integer]) -> pa.Array:
-    return pa.array(np.full(count, value, dtype=dtype))
+def _constant(value: int, count: int, type_: pa.DataType) -> pa.Array:
+    return pa.repeat(pa.scalar(value, type_), count)
+
+
+def _numbers(first: int, count: int) -> pa.Array:
+    """``first``, ``first + 1``, ... (``count`` int64 values), without numpy (the base install has none)."""
+    return pc.add(pc.cumulative_sum(_constant(1, count, pa.int64())), pa.scalar(first - 1, pa.int64()))
 
 
 class _SnapshotReader:
@@ -495,10 +499,10 @@ class _SnapshotReader:
             first = self.next_row_id.get(key, 0)
             self.next_row_id[key] = first + count
             arrays += [
-                _constant(write_id, count, np.int64),
-                _constant(encode_bucket_property(data_file.bucket_id, statement), count, np.int32),
-                pa.array(np.arange(first, first + count, dtype=np.int64)),
-                _constant(write_id, count, np.int64),
+                _constant(write_id, count, pa.int64()),
+                _constant(encode_bucket_property(data_file.bucket_id, statement), count, pa.int32()),
+                _numbers(first, count),
+                _constant(write_id, count, pa.int64()),
             ]
         arrays += _row_columns(table, opened, self.layout, None)
         return self._assemble(arrays, count)
@@ -511,82 +515,26 @@ class _SnapshotReader:
         return pa.Table.from_arrays(arrays, names=names)
 
 
-def _dense_positions(values: np.ndarray, distinct: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
-    """Each value's index among the sorted ``distinct`` values (None when there is only one), and
-    whether it is one of them."""
-    if len(distinct) == 1:
-        return None, values == distinct[0]
-    positions = np.searchsorted(distinct, values)
-    np.minimum(positions, len(distinct) - 1, out=positions)
-    return positions, distinct[positions] == values
-
-
-def _packed_keys(
-    txn_positions: np.ndarray | None, bucket_positions: np.ndarray | None, buckets: int, span: int, row_ids: np.ndarray
-) -> np.ndarray:
-    group: np.ndarray | None = None
-    if txn_positions is not None:
-        group = txn_positions.astype(np.int64) * buckets
-    if bucket_positions is not None:
-        group = bucket_positions.astype(np.int64) if group is None else group + bucket_positions
-    if group is None:
-        return row_ids
-    group *= span
-    group += row_ids
-    return group
-
-
-def _deleted_by_packed_key(rows: pa.Table, deletes: pa.Table) -> np.ndarray | None:
-    """Which rows have a delete event, matching (originalTransaction, bucket, rowId) exactly.
-
-    The three columns are packed into one int64: originalTransaction and bucket become their index
-    among the values the delete events use (few: the writes that had rows deleted), times the rowId
-    span. One ``np.isin`` then does the work of a three-column join at a fraction of the cost. None
-    when the packed key could overflow or a key is null, so the caller joins instead.
-    """
-    columns = [rows.column(c) for c in IDENTITY_COLUMNS] + [deletes.column(c) for c in IDENTITY_COLUMNS]
-    if any(column.null_count for column in columns):
-        return None
-    row_txn, row_bucket, row_id, del_txn, del_bucket, del_id = (column.to_numpy() for column in columns)
-    txns, buckets = np.unique(del_txn), np.unique(del_bucket)
-    span = int(max(row_id.max(initial=0), del_id.max(initial=0))) + 1
-    if min(row_id.min(initial=0), del_id.min(initial=0)) < 0 or len(txns) * len(buckets) * span >= 2**62:
-        return None
-    txn_positions, txn_known = _dense_positions(row_txn, txns)
-    bucket_positions, bucket_known = _dense_positions(row_bucket, buckets)
-    key = _packed_keys(txn_positions, bucket_positions, len(buckets), span, row_id)
-    del_txn_positions = None if len(txns) == 1 else np.searchsorted(txns, del_txn)
-    del_bucket_positions = None if len(buckets) == 1 else np.searchsorted(buckets, del_bucket)
-    del_key = _packed_keys(del_txn_positions, del_bucket_positions, len(buckets), span, del_id)
-    key_space = len(txns) * len(buckets) * span
-    if key_space <= max(2**24, 8 * (len(key) + len(del_key))):
-        # A lookup table over the key space: one scatter and one gather (np.isin sorts or hashes).
-        table = np.zeros(key_space, dtype=bool)
-        table[del_key] = True
-        deleted: np.ndarray = table[key]
-    else:
-        deleted = np.isin(key, del_key, kind="sort")
-    deleted &= txn_known
-    deleted &= bucket_known
-    return deleted
-
-
-def _deleted_by_join(rows: pa.Table, deletes: pa.Table) -> np.ndarray:
-    """The same answer as :func:`_deleted_by_packed_key` with a hash semi-join (any key values)."""
-    keys = rows.select(list(IDENTITY_COLUMNS)).append_column(
-        _ROW_INDEX, pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    )
+def _deleted_by_join(rows: pa.Table, deletes: pa.Table) -> pa.BooleanArray:
+    """Which rows have a delete event, matching (originalTransaction, bucket, rowId) exactly: a hash
+    semi-join (any key values, no numpy)."""
+    keys = rows.select(list(IDENTITY_COLUMNS)).append_column(_ROW_INDEX, _numbers(0, rows.num_rows))
     matched = keys.join(
         deletes.select(list(IDENTITY_COLUMNS)), keys=list(IDENTITY_COLUMNS), join_type="left semi"
     ).column(_ROW_INDEX)
-    deleted = np.zeros(rows.num_rows, dtype=bool)
-    deleted[matched.to_numpy()] = True
+    deleted: pa.BooleanArray = pc.is_in(keys.column(_ROW_INDEX), value_set=matched.combine_chunks()).combine_chunks()
     return deleted
 
 
-def _deleted_rows(rows: pa.Table, deletes: pa.Table) -> np.ndarray:
+def _deleted_rows(rows: pa.Table, deletes: pa.Table) -> pa.BooleanArray:
     """A boolean mask of the rows a visible delete event removes (rows keep their order)."""
-    deleted = _deleted_by_packed_key(rows, deletes)
+    try:
+        # numpy's packed keys are several times faster; numpy comes with the vacuum extra,
+        # the base install (acid-state, read) has none and joins.
+        from acidclean.shared.orc.packed_keys import deleted_by_packed_key
+    except ImportError:
+        return _deleted_by_join(rows, deletes)
+    deleted = deleted_by_packed_key(rows, deletes)
     return _deleted_by_join(rows, deletes) if deleted is None else deleted
 
 
@@ -633,8 +581,8 @@ def read_state(
         rows = rows.drop_columns(list(IDENTITY_SCHEMA.names))  # before filtering: less to copy
     if _ROW_INDEX in rows.column_names:
         rows = rows.drop_columns([_ROW_INDEX])
-    if deleted is not None and deleted.any():
-        rows = rows.filter(pa.array(~deleted))
+    if deleted is not None and pc.any(deleted).as_py():
+        rows = rows.filter(pc.invert(deleted))
     return rows
 
 

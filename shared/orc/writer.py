@@ -32,7 +32,9 @@ from acidclean.shared.acid.events import (
     ROW_ID,
     encode_bucket_property,
 )
-from acidclean.shared.acid.names import COMPACTED_METADATA, METADATA_FILE, ORC_ACID_VERSION_FILE, bucket_file_name
+from acidclean.shared.acid.names import bucket_file_name
+from acidclean.shared.orc.version_file import write_acid_version_file as write_acid_version_file
+from acidclean.shared.orc.version_file import write_compacted_marker as write_compacted_marker
 
 ACID_EVENT_FIELDS = (
     pa.field(OPERATION, pa.int32()),
@@ -170,22 +172,6 @@ def write_orc_with_metadata(
             writer.set_user_metadata(**user_metadata)
         writer.writerows(_tuples(table))
         writer.close()
-
-
-def write_acid_version_file(fs: pafs.FileSystem, directory: str, version: int = ORC_ACID_VERSION) -> None:
-    """The ``_orc_acid_version`` side file Hive 3+ writes into every base and delta."""
-    fs.create_dir(directory, recursive=True)
-    with fs.open_output_stream(f"{directory}/{ORC_ACID_VERSION_FILE}") as out:
-        out.write(str(version).encode())
-
-
-def write_compacted_marker(fs: pafs.FileSystem, directory: str) -> None:
-    """The ``_metadata_acid`` Hive's compactor writes into a base it made: readers of Hive 3 and 4 then
-    take the base for compacted (readable only where every id up to its own is in their history)
-    instead of an insert overwrite's (readable once its write id committed)."""
-    fs.create_dir(directory, recursive=True)
-    with fs.open_output_stream(f"{directory}/{METADATA_FILE}") as out:
-        out.write(COMPACTED_METADATA)
 
 
 def write_acid_file(

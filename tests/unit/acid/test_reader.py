@@ -21,9 +21,9 @@ from acidclean.shared.acid import (
 )
 from acidclean.shared.acid.events import UPDATE_OPERATION
 from acidclean.shared.errors import AcidLayoutError, UnreadableFileError
+from acidclean.shared.orc.packed_keys import deleted_by_packed_key
 from acidclean.shared.orc.reader import (
     _deleted_by_join,
-    _deleted_by_packed_key,
     _deleted_rows,
     bucket_ids,
     list_table_dir,
@@ -330,10 +330,10 @@ def test_packed_key_delete_matching_agrees_with_a_join(
 
     rows_table, deletes = table_of(row_keys), table_of(delete_keys)
     expected = [key in set(delete_keys) for key in row_keys]
-    packed = _deleted_by_packed_key(rows_table, deletes) if delete_keys else None
+    packed = deleted_by_packed_key(rows_table, deletes) if delete_keys else None
     if packed is not None:
-        assert packed.tolist() == expected
-    assert _deleted_by_join(rows_table, deletes).tolist() == expected
+        assert packed.to_pylist() == expected
+    assert _deleted_by_join(rows_table, deletes).to_pylist() == expected
 
 
 def test_huge_row_ids_fall_back_to_the_join_and_still_match_exactly() -> None:
@@ -345,8 +345,8 @@ def test_huge_row_ids_fall_back_to_the_join_and_still_match_exactly() -> None:
         }
     )
     deletes = keys.slice(0, 1)
-    assert _deleted_by_packed_key(keys, deletes) is None
-    assert _deleted_rows(keys, deletes).tolist() == [True, False]
+    assert deleted_by_packed_key(keys, deletes) is None
+    assert _deleted_rows(keys, deletes).to_pylist() == [True, False]
 
 
 def test_wide_row_id_spans_match_exactly_without_a_lookup_table() -> None:
@@ -358,5 +358,5 @@ def test_wide_row_id_spans_match_exactly_without_a_lookup_table() -> None:
         }
     )
     deletes = keys.slice(0, 1)
-    packed = _deleted_by_packed_key(keys, deletes)
-    assert packed is not None and packed.tolist() == [True, False, False]
+    packed = deleted_by_packed_key(keys, deletes)
+    assert packed is not None and packed.to_pylist() == [True, False, False]
