@@ -89,5 +89,9 @@ class CpuWindow:
         used = {"box": (os.cpu_count() or 1) * self._box[0] / max(1, self._box[1])}
         return used | {name: ticks / TICKS_PER_SECOND / wall for name, ticks in self._ticks.items()}
 
+    def seconds(self, name: str) -> float:
+        """The CPU seconds (user and system) one named process used over the stretches."""
+        return self._ticks.get(name, 0) / TICKS_PER_SECOND
+
     def summary(self) -> str:
         return ", ".join(f"{name} {used:.2f}" for name, used in self.cores.items()) + f" cores of {os.cpu_count()}"
