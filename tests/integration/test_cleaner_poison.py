@@ -94,9 +94,13 @@ def test_a_poison_location_is_dead_lettered_once_and_the_vacuum_behind_it_is_cle
 
 @dataclass
 class FailingDeletes:
-    """The real local storage, except that deleting a directory fails while ``failing`` is set."""
+    """The real local storage, except that deleting fails while ``failing`` is set."""
 
     failing: bool = True
+
+    def fail(self, path: str) -> None:
+        if self.failing:
+            raise StorageError(f"cannot delete {path}: permission denied (injected by the test)")
 
     def open(self, uri: str) -> Any:
         location = open_location(uri)
@@ -107,9 +111,12 @@ class FailingDeletes:
                 return getattr(location.fs, name)
 
             def delete_dir(self, path: str) -> None:
-                if outer.failing:
-                    raise StorageError(f"cannot delete {path}: permission denied (injected by the test)")
+                outer.fail(path)
                 location.fs.delete_dir(path)
+
+            def delete_files(self, directory: str, names: Any) -> None:  # the cleaner's deletes (rule 9)
+                outer.fail(directory)
+                location.fs.delete_files(directory, names)
 
         class Location:
             fs = Fs()
