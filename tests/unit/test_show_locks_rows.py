@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hmsclient.genthrift.hive_metastore import ttypes
 
-from acidclean.shared.hive_metastore import _hive4_lock_name, _lock_infos
+from acidclean.shared.hms.locks import _hive4_lock_name, _lock_infos
 from acidclean.shared.metastore import LockInfo
 
 
