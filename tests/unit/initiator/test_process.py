@@ -57,10 +57,10 @@ def _process(metastore: FakeMetastore, deltas: int = 11) -> tuple[InitiatorProce
     process = InitiatorProcess(load_settings(environ={}), lister=lister, metastore=metastore, clock=lambda: 0.0)
     bus = FakeBus()
     process.bus = bus  # type: ignore[assignment]
-    process._owned = {0}
-    process._key_partition[KEY] = 0
-    process._locations[KEY] = "/warehouse/db.db/t"
-    process._pending[KEY] = []
+    process.deltas.owned = {0}
+    process.deltas.key_partition[KEY] = 0
+    process.deltas.locations[KEY] = "/warehouse/db.db/t"
+    process.deltas.pending[KEY] = []
     process.core.dirty.add(KEY)
     return process, bus, listed
 
@@ -112,18 +112,18 @@ def test_tables_that_need_nothing_are_decided_without_a_request(
 
 def test_a_key_of_another_process_is_never_requested() -> None:
     process, bus, listed = _process(FakeMetastore())
-    process._owned = {1}
+    process.deltas.owned = {1}
     process._decide_dirty("event")
     assert bus.published == [] and listed == [] and KEY not in process.core.dirty
 
 
 def test_requests_wait_until_the_tail_has_read_the_topics() -> None:
     process, bus, _ = _process(FakeMetastore())
-    process._barrier = {("acid.vacuum.requests", 0): 3}
-    process._tail_positions = {("acid.vacuum.requests", 0): 2}
+    process.lifecycle.barrier = {("acid.vacuum.requests", 0): 3}
+    process.lifecycle.positions = {("acid.vacuum.requests", 0): 2}
     process._decide_dirty("event")
     assert bus.published == [] and KEY in process.core.dirty
-    process._tail_positions[("acid.vacuum.requests", 0)] = 3
+    process.lifecycle.positions[("acid.vacuum.requests", 0)] = 3
     process._decide_dirty("event")
     assert len(bus.published) == 1
 

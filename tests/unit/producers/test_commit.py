@@ -78,7 +78,8 @@ def test_a_base_gets_hives_compacted_marker_and_a_minor_vacuums_deltas_only_the_
     tmp_path: Path, base: str
 ) -> None:
     """As Hive 3.1's compactor (CompactorOutputCommitter: ``_orc_acid_version`` in every directory,
-    ``_metadata_acid`` when major); Hive 4 writes the same bytes (AcidMetaDataFile.writeToFile(COMPACTED))."""
+    ``_metadata_acid`` when major). Hive 4's compactor writes the version file only (its ``_vT`` name
+    marks the base compacted), and its readers honour the marker."""
     staging = stage(tmp_path)
     (Path(staging) / base).mkdir()
     finish_directories(FS, staging, [*TARGETS, base])

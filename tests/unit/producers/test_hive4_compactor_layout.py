@@ -2,9 +2,13 @@
 claim check answer on them, by ``getAcidState``'s rules.
 
 Hive 4's compactor writes ``base_N_vT`` / ``delta_X_Y_vT`` in its own transaction T, with the bucket
-files, ``_orc_acid_version`` (``2``) and, in a base, ``_metadata_acid``
-(``{"thisFileVersion":"0","dataFormat":"compacted"}``). The directories are written on the local disk
-and listed by the real lister (:func:`list_table_dir`), which reads ``_metadata_acid`` as Hive does.
+files and ``_orc_acid_version`` (``2``), and no ``_metadata_acid``: the ``_vT`` suffix marks its base as
+compacted (``CompactorOutputCommitter.commitJob`` writes the version file only; Hive 3.1's compactor
+wrote the marker). The bases here carry ``_metadata_acid``
+(``{"thisFileVersion":"0","dataFormat":"compacted"}``) all the same, as a base written by Hive 3.1 or by
+acidclean's vacuum does: the reader honours it, and it must not change what is obsolete. The
+directories are written on the local disk and listed by the real lister (:func:`list_table_dir`),
+which reads ``_metadata_acid`` as Hive does.
 """
 
 from __future__ import annotations
