@@ -776,6 +776,7 @@ def build_groups(
     due_at: datetime,
     vacuum_ids: Sequence[str] | None = None,
     facts: Sequence[EntryFacts] | None = None,
+    summaries: bool = True,
 ) -> list[GroupOut]:
     """The ``DelayedVacuums`` records of one key's waiting vacuums, at most
     :data:`MAX_WAITING_PER_ENVELOPE` each, each with its ``unchanged`` summary when its vacuums wait on
@@ -807,7 +808,7 @@ def build_groups(
             due_at=iso(due_at),
             waiting=list(chunk),
             merged_from=[str(source) for source in sources],
-            unchanged=summary_of(chunk, facts[start : start + MAX_WAITING_PER_ENVELOPE]),
+            unchanged=summary_of(chunk, facts[start : start + MAX_WAITING_PER_ENVELOPE]) if summaries else None,
         )
         shell = _group_shell(wire, event_id, sources[0], checked_at, due_at)
         outs.append(GroupOut(shell, tuple(chunk), wire.unchanged))
