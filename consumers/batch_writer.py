@@ -256,6 +256,7 @@ class BatchWriter:
             )
         from_bundles = {check.partition for check in checks if check.carried or check.absorbed}
         bundles: list[tuple[Bundle, list[DelayOut]]] = []
+        parts_off = self._context.config.parts_off
         for partition, by_id in by_partition.items():
             partition_outs = list(by_id.values())
             if len(partition_outs) < max(1, self._context.config.bundle_min) and partition not in from_bundles:
@@ -270,15 +271,19 @@ class BatchWriter:
                 for run in runs_due_together(
                     partition_outs,
                     lambda out: due_at_ms(out.event.due_at),
-                    self._context.config.bundle_spread_ms,
+                    1 << 62 if "spread" in parts_off else self._context.config.bundle_spread_ms,
                     key=lambda out: out.event.key,
                 )
-                for cohort in cohorts_by_carries(
-                    run,
-                    _carries_left,
-                    lambda out: out.event.key,
-                    width=READ_IN_FULL_WITHIN,
-                    min_size=max(BUNDLE_COHORT_MIN, self._context.config.bundle_min),
+                for cohort in (
+                    [run]
+                    if "cohorts" in parts_off
+                    else cohorts_by_carries(
+                        run,
+                        _carries_left,
+                        lambda out: out.event.key,
+                        width=READ_IN_FULL_WITHIN,
+                        min_size=max(BUNDLE_COHORT_MIN, self._context.config.bundle_min),
+                    )
                 )
             ):
                 made = bundles_of(
@@ -294,7 +299,8 @@ class BatchWriter:
                 start = 0
                 for bundle in made:
                     chunk = packed_outs[start : start + len(bundle.members)]
-                    bundles.append((dataclasses.replace(bundle, summary=_summary_of(chunk)), chunk))
+                    summary = None if "whole_carries" in parts_off else _summary_of(chunk)
+                    bundles.append((dataclasses.replace(bundle, summary=summary), chunk))
                     start += len(bundle.members)
         return alone, bundles
 
@@ -379,6 +385,7 @@ class BatchWriter:
                 sources=list(dict.fromkeys(item.source for item in items)),
                 checked_at=min(item.checked_at for item in unique),
                 due_at=max(item.due_at for item in unique),
+                summaries="summaries" not in self._context.config.parts_off,
             )
             chunk_of = {item.vacuum_id: index // MAX_WAITING_PER_ENVELOPE for index, item in enumerate(unique)}
             for index, out in enumerate(outs):

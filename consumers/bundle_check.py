@@ -226,6 +226,8 @@ class BundleChecker:
         listed), else None: it must be read and checked in full, on its own. ``prior_checks``: checks
         that carried its bundle on whole since it was written."""
         tenant, max_wait = self._context.config.tenant, self._context.config.max_wait_s
+        if "unread" in self._context.config.parts_off:
+            return None  # measured off: every member read and checked in full (_kept_in_bundle)
         ce_type = _ce_type(member)
         if ce_type == _ENVELOPE_TYPE:
             single = carry_envelope_on(member, tenant, held, now, max_wait, due, prior_checks)

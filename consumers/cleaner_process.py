@@ -100,6 +100,20 @@ def producer_settings(kafka: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in kafka.items() if not key.startswith(CONSUMER_ONLY_PREFIXES)}
 
 
+BUNDLE_PARTS = frozenset({"whole_carries", "summaries", "unread", "cohorts", "spread", "gather", "riders"})
+
+
+def bundle_parts_off(text: str) -> frozenset[str]:
+    """The parts of the bundle machinery ``cleanup_bundle_parts_off`` switches off (for measurement)."""
+    parts = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = parts - BUNDLE_PARTS
+    if unknown:
+        raise ConfigurationError(
+            f"cleanup_bundle_parts_off names unknown parts {sorted(unknown)}: use some of {sorted(BUNDLE_PARTS)}"
+        )
+    return parts
+
+
 def cleaner_group_id(settings: Settings, dry_run: bool = False) -> str:
     """The consumer group of a tenant's cleaners."""
     return f"{settings.group_id}.{settings.tenant}" + (".dry-run" if dry_run else "")
@@ -155,6 +169,7 @@ class CleanerProcess:
         self._lane_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-table")
         self._delete_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-delete")
         self._ack_pool = ThreadPoolExecutor(threads, thread_name_prefix="cleaner-ack")
+        parts_off = bundle_parts_off(settings.cleanup_bundle_parts_off)
         self.handler = CleanupHandler(
             HandlerConfig(
                 tenant=settings.tenant,
@@ -167,6 +182,7 @@ class CleanerProcess:
                 bundle_min=settings.cleanup_bundle_min,
                 bundle_spread_ms=settings.cleanup_bundle_spread_ms,
                 bundle_compressed=settings.cleanup_bundle_compression == "zlib",
+                parts_off=parts_off,
             ),
             metastore=self._clients.factory("metastore", self._metastore_factory),
             bus=self._clients.factory("bus", self._bus_factory),
@@ -187,7 +203,8 @@ class CleanerProcess:
             error_tries=settings.cleanup_error_tries,
             workers=threads,
             batch_tables=self.options.batch_tables,
-            gather_ms=settings.cleanup_bundle_spread_ms,
+            gather_ms=0 if "gather" in parts_off else settings.cleanup_bundle_spread_ms,
+            bundle_riders="riders" not in parts_off,
             group_id=self.group_id,
             assignment=assignment_of(settings.kafka),
         )

@@ -35,6 +35,9 @@ class JoinerConfig(Protocol):
     @property
     def interval_ms(self) -> int: ...
 
+    @property
+    def bundle_riders(self) -> bool: ...
+
 
 class Joiners:
     """The records waiting for their key's next delay record, by key (on the loop's thread)."""
@@ -173,7 +176,7 @@ class Joiners:
             joining = self.waiting.get(name)
             if joining is None:
                 continue
-            if all(
+            if self._config.bundle_riders and all(
                 joiner.partition[0] == self._config.vacuum_topic and isinstance(joiner.event, VacuumCommitted)
                 for joiner, _ in joining
             ):

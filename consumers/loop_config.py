@@ -48,6 +48,7 @@ class LoopConfig:
     # A due delay record of one table alone waits up to this for the partition's other such records due
     # within it, so they are checked in one batch and go on in one bundle (the handler's bundle spread)
     gather_ms: int = 0
+    bundle_riders: bool = True  # fresh vacuums of a bundled table ride in its lane (off: measured, issue 50)
     group_id: str = ""  # for the warning about a lopsided assignment
     # How the group assigns partitions: how an assignment is taken, and which advice that warning gives
     assignment: Assignment = Assignment.COOPERATIVE_STICKY

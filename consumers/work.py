@@ -110,6 +110,8 @@ class HandlerConfig:
     bundle_max: int = MAX_BUNDLE_RECORDS
     bundle_spread_ms: int = BUNDLE_DUE_SPREAD_MS  # one bundle only of records due within this of each other
     bundle_compressed: bool = True  # bundles' members compressed (acidclean.shared.bus.bundle)
+    # Parts of the bundle machinery switched off, to measure each against the rest (issue 50, item 2)
+    parts_off: frozenset[str] = frozenset()
 
 
 @dataclass

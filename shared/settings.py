@@ -236,6 +236,11 @@ class Settings(BaseSettings):
         "plain bundles; only this version and later read compressed ones, so while a group is upgraded one "
         "process at a time from an older version, set none until every process runs this one.",
     )
+    cleanup_bundle_parts_off: str = Field(
+        "",
+        description="For measurement only (issue 50): parts of the bundle machinery switched off, comma-separated "
+        "(whole_carries, summaries, unread, cohorts, spread, gather, riders). Leave empty.",
+    )
     cleanup_waits_for_open_txns: bool = Field(
         True,
         description="Besides the lock snapshot, wait until every transaction open when the vacuum committed "

@@ -91,7 +91,8 @@ def passed_kafka_settings() -> dict[str, str]:
     return {
         name: value
         for name, value in os.environ.items()
-        if name.startswith("ACIDCLEAN_KAFKA_") and not name.startswith("ACIDCLEAN_KAFKA_BOOTSTRAP")
+        if (name.startswith("ACIDCLEAN_KAFKA_") and not name.startswith("ACIDCLEAN_KAFKA_BOOTSTRAP"))
+        or name in ("ACIDCLEAN_CLEANUP_BUNDLE_COMPRESSION", "ACIDCLEAN_CLEANUP_BUNDLE_PARTS_OFF")
     }
 
 
@@ -176,7 +177,7 @@ class HeaderWatcher(threading.Thread):
         self.due: dict[bytes, int] = {}
         self.lateness: list[tuple[float, float]] = []  # (re-checked at, lateness s)
         self.carried: list[tuple[float, int]] = []  # (re-checked at, vacuums the record carries)
-        self.written: list[tuple[float, bool]] = []  # (written at, a bundle?) of every delay record
+        self.written: list[tuple[float, bool, int]] = []  # (written at, a bundle?, value bytes) of every delay record
         self.done = 0
         self.last_done_at = 0.0
         self.seen_ms = 0  # the latest record time read (librdkafka fetches every partition together)
@@ -206,7 +207,7 @@ class HeaderWatcher(threading.Thread):
                         self.last_done_at = written_ms / 1000  # when written, not read
                     continue
                 is_bundle = headers.get("ce_type") == BUNDLE_TYPE.encode()
-                self.written.append((written_ms / 1000, is_bundle))
+                self.written.append((written_ms / 1000, is_bundle, len(message.value() or b"")))
                 if is_bundle:
                     bundle = unpack(raw_record(message))
                     assert bundle is not None
@@ -246,10 +247,10 @@ class HeaderWatcher(threading.Thread):
             self.lateness.append((at, at - previous / 1000))
             self.carried.append((at, carried))
 
-    def written_in(self, start: float, end: float) -> tuple[int, int]:
-        """The delay records written in [start, end), and how many of them are bundles."""
-        written = [bundle for at, bundle in list(self.written) if start <= at < end]
-        return len(written), sum(written)
+    def written_in(self, start: float, end: float) -> tuple[int, int, int]:
+        """The delay records written in [start, end), how many of them are bundles, and their value bytes."""
+        written = [(bundle, size) for at, bundle, size in list(self.written) if start <= at < end]
+        return len(written), sum(bundle for bundle, _ in written), sum(size for _, size in written)
 
     def window(self, start: float, end: float) -> list[float]:
         return [late for at, late in list(self.lateness) if start <= at < end]
@@ -400,7 +401,7 @@ def measure(
     counted.subtract(before)
     rss = [rss_mb(cleaner.process.pid) for cleaner, _ in cleaners]
     watcher.caught_up(end)
-    kafka_records, bundles = (count / WINDOW_INTERVALS for count in watcher.written_in(start, end))
+    kafka_records, bundles, kafka_bytes = (count / WINDOW_INTERVALS for count in watcher.written_in(start, end))
     samples = watcher.window(start, end)
     if LATENESS_DUMP:  # every re-check of the window, to see when the late ones came
         with open(f"{LATENESS_DUMP}-{label.replace(' ', '_')}.tsv", "w") as dump:
@@ -448,7 +449,8 @@ def measure(
         f"[bench]   {label} per operation: cleaner CPU {cleaner_cpu_s:.2f} s over {vacuums_rechecked:,} vacuum "
         f"re-checks in {len(samples):,} delay records: {cleaner_cpu_s / max(1, vacuums_rechecked) * 1e6:.0f} us per "
         f"vacuum re-check, {cleaner_cpu_s / max(1, len(samples)) * 1e6:.0f} us per delay record re-check; "
-        f"{kafka_records / max(1, parked):.4f} Kafka records per parked vacuum per interval; show_locks/interval "
+        f"{kafka_records / max(1, parked):.4f} Kafka records and {kafka_bytes / max(1, parked):.0f} bytes per parked "
+        f"vacuum per interval; show_locks/interval "
         f"{made:.1f}; p99 {percentile(samples, 0.99) * 1000:.0f} ms; "
         f"RSS {', '.join(f'{value:.0f}' for value in rss)} MB"
     )
@@ -529,7 +531,9 @@ def test_parked_vacuums_behind_held_locks_then_released_in_waves(
         print(
             f"\n[bench] scale: {TABLES:,} tables, {EVENTS:,} vacuums, interval {INTERVAL_MS} ms, "
             f"{processes} process(es) x {THREADS} threads, {arrival} arrival, {WAVES} lock waves, "
-            f"bundle_min {BUNDLE_MIN}, bundle_spread_ms {BUNDLE_SPREAD_MS} "
+            f"bundle_min {BUNDLE_MIN}, bundle_spread_ms {BUNDLE_SPREAD_MS}, parts off "
+            f"{os.environ.get('ACIDCLEAN_CLEANUP_BUNDLE_PARTS_OFF', '') or '-'}, compression "
+            f"{os.environ.get('ACIDCLEAN_CLEANUP_BUNDLE_COMPRESSION', 'zlib')} "
             f"(set-up {setup_s:.0f} s; machine shared, timings noisy)"
         )
         unfiltered, filtered = show_locks_costs(metastore)
