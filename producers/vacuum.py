@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +70,7 @@ from acidclean.producers.publish import (
 from acidclean.producers.shared_locations import describe_sharers, shared_vacuum_locks, sharers_of
 from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
+from acidclean.schemas.common import SharedLocation
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.errors import (
@@ -225,7 +226,9 @@ def run_vacuum(
     also, where_also = shared_vacuum_locks(sharers), describe_sharers(sharers)
     exclusion = exclusion_settings(settings)
     with exclusive_vacuum(metastore, db, table, info.partition, exclusion, also, where_also) as held:
-        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier, held)
+        return _plan_and_vacuum(
+            request, settings, metastore, info, spark, publisher, outbox, progress, earlier, held, sharers
+        )
 
 
 def exclusion_settings(settings: Settings) -> ExclusionSettings:
@@ -243,6 +246,7 @@ def _plan_and_vacuum(
     progress: Progress,
     earlier: list[PublishOutcome],
     held: VacuumLock | None,
+    sharers: Sequence[SharedLocation] = (),
 ) -> VacuumResult:
     location = open_location(info.location)
     mode = choose_commit_mode(
@@ -255,7 +259,7 @@ def _plan_and_vacuum(
     )
     removed_staging: tuple[str, ...] = ()
     if not request.dry_run:
-        refuse_while_hive_compacts(metastore, info)
+        refuse_while_hive_compacts(metastore, info, sharers)
         earlier = earlier + _publish_earlier(location, metastore, publisher, outbox)
         removed_staging = tuple(
             remove_abandoned_staging(location.fs.arrow, location.path, settings.abandoned_staging_s)
@@ -322,24 +326,33 @@ def _connect_in_background(publisher: Publisher) -> threading.Thread:
     return thread
 
 
-def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo) -> None:
+def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo, sharers: Sequence[SharedLocation] = ()) -> None:
     """Refuse while Hive's own compactor has a compaction of the table or partition initiated, working
     or ready for cleaning: both would write a compacted directory of the same range (two of one range
-    is HIVE-29210's duplicate case), and Hive's Cleaner may remove the inputs this vacuum is reading."""
-    for compaction in metastore.compactions(info.db, info.table, info.partition):
-        if not compaction.active:
-            continue
-        where = f"{compaction.db}.{compaction.table}"
-        where += f" partition {compaction.partition}" if compaction.partition else ""
-        since = ""
-        if compaction.started_at_ms:
-            since = ", since " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(compaction.started_at_ms / 1000))
-        kind = "partition" if compaction.partition else "table or partition"
-        raise VacuumRefusedError(
-            f"Hive's compactor has a {compaction.compaction_type} compaction of {where} in state {compaction.state} "
-            f"(id {compaction.compaction_id}{since}): acidclean does not compact a {kind} Hive is compacting; retry "
-            "when it is done or turn Hive's Initiator off (see docs/operations.md)"
-        )
+    is HIVE-29210's duplicate case), and Hive's Cleaner may remove the inputs this vacuum is reading.
+    Every other name of the directory (``sharers``, rule 8) counts: Hive compacting ``p=real`` writes and
+    cleans the very directory a vacuum of its alias ``p=latest`` reads. One ``show_compact`` per name."""
+    names = [(info.db, info.table, info.partition)]
+    for sharer in sharers:
+        db, _, table = sharer.table.partition(".")
+        if (db, table, sharer.partition) not in names:
+            names.append((db, table, sharer.partition))
+    for db, table, partition in names:
+        for compaction in metastore.compactions(db, table, partition):
+            if not compaction.active:
+                continue
+            where = f"{compaction.db}.{compaction.table}"
+            where += f" partition {compaction.partition}" if compaction.partition else ""
+            where += "" if (db, table, partition) == names[0] else ", which shares this vacuum's directory"
+            since = ""
+            if compaction.started_at_ms:
+                since = ", since " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(compaction.started_at_ms / 1000))
+            kind = "partition" if compaction.partition else "table or partition"
+            raise VacuumRefusedError(
+                f"Hive's compactor has a {compaction.compaction_type} compaction of {where} in state "
+                f"{compaction.state} (id {compaction.compaction_id}{since}): acidclean does not compact a {kind} "
+                "Hive is compacting; retry when it is done or turn Hive's Initiator off (see docs/operations.md)"
+            )
 
 
 @dataclass(frozen=True)
