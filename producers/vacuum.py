@@ -70,6 +70,8 @@ from acidclean.producers.publish import (
 from acidclean.producers.shared_locations import describe_sharers, shared_vacuum_locks, sharers_of
 from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
+from acidclean.producers.table_identity import DRAFT_KEY as IDENTITY_KEY
+from acidclean.producers.table_identity import planned_identity, to_draft
 from acidclean.schemas.common import SharedLocation
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
@@ -81,7 +83,7 @@ from acidclean.shared.errors import (
     VacuumFencedError,
     VacuumRefusedError,
 )
-from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
+from acidclean.shared.metastore import Metastore, TableIdentity, TableInfo, partition_name, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.settings import Settings
 from acidclean.shared.storage import StorageLocation, location_scheme, open_location
@@ -164,8 +166,9 @@ def _draft(
     staging: str | None,
     visibility_txn_id: int | None = None,
     request_id: str | None = None,
+    identity: TableIdentity | None = None,
 ) -> dict[str, Any]:
-    draft = {
+    draft: dict[str, Any] = {
         "event_id": str(uuid.uuid4()),
         "tenant": settings.tenant,
         "table": plan.table,
@@ -182,6 +185,8 @@ def _draft(
         draft["visibility_txn_id"] = visibility_txn_id
     if request_id is not None:
         draft["request_id"] = request_id
+    if identity is not None:
+        draft[IDENTITY_KEY] = to_draft(identity)
     return draft
 
 
@@ -258,8 +263,11 @@ def _plan_and_vacuum(
         v_readers_acknowledged=settings.vacuum_visibility_txn_on_hive3,
     )
     removed_staging: tuple[str, ...] = ()
+    identity: TableIdentity | None = None
     if not request.dry_run:
         refuse_while_hive_compacts(metastore, info, sharers)
+        # Which table this vacuum compacts, read before it lists the directory (rule 9).
+        identity = planned_identity(metastore, info, held.metastore_now_ms) if held is not None else None
         earlier = earlier + _publish_earlier(location, metastore, publisher, outbox)
         removed_staging = tuple(
             remove_abandoned_staging(location.fs.arrow, location.path, settings.abandoned_staging_s)
@@ -304,7 +312,18 @@ def _plan_and_vacuum(
     _connect_in_background(publisher)
     commit_with = _compact_and_commit if mode is CommitMode.RENAME else _compact_and_commit_txn
     job = _Job(
-        settings, metastore, location, info, spark(), publisher, outbox, progress, earlier, request.request_id, held
+        settings,
+        metastore,
+        location,
+        info,
+        spark(),
+        publisher,
+        outbox,
+        progress,
+        earlier,
+        request.request_id,
+        held,
+        identity,
     )
     result = commit_with(plan, job)
     return dataclasses.replace(result, removed_staging=removed_staging)
@@ -370,6 +389,7 @@ class _Job:
     earlier: list[PublishOutcome]
     request_id: str | None = None
     held: VacuumLock | None = None  # the vacuum lock; None only for a dry run, which commits nothing
+    identity: TableIdentity | None = None  # the table as planned (rule 9), confirmed after the commit
 
     def fence(self, before: str) -> None:
         """The last step before the commit: refuse unless the vacuum lock is still this vacuum's."""
@@ -417,7 +437,9 @@ def _compact_and_commit(plan: CompactionPlan, job: _Job) -> VacuumResult:
             f"committed; its partial output is in {staging_dir}, which readers ignore"
         ) from error
 
-    draft = _draft(plan, settings, location, produced, job_id, staging, request_id=job.request_id)
+    draft = _draft(
+        plan, settings, location, produced, job_id, staging, request_id=job.request_id, identity=job.identity
+    )
     outbox.save_draft(draft)  # from here on a crash cannot lose the event
     try:
         commit(fs, location.path, staging_dir, produced, draft, fence=lambda: job.fence("rename its output into place"))
@@ -492,7 +514,15 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
             results = job.write(plan, location.path)
             produced = finish_directories(fs, location.path, plan.targets)
             draft = _draft(
-                plan, settings, location, produced, job_id, None, visibility_txn_id=txn_id, request_id=job.request_id
+                plan,
+                settings,
+                location,
+                produced,
+                job_id,
+                None,
+                visibility_txn_id=txn_id,
+                request_id=job.request_id,
+                identity=job.identity,
             )
             write_vacuum_markers(fs, location.path, produced, draft)
             outbox.save_draft(draft)  # from here on a crash cannot lose the event
