@@ -119,3 +119,22 @@ def test_a_table_created_again_right_after_the_vacuum_read_its_identity_has_anot
     metastore.create_transactional_table(DB, unique_name, COLUMNS, buckets=2, location=info.location)
     again = TableIdentity.of(metastore.get_table(DB, unique_name))
     assert table_difference(identity, again) is not None
+
+
+def test_a_partition_added_this_second_is_read_past_its_create_second(
+    metastore: HiveMetastore, unique_name: str
+) -> None:
+    """The same for a partition (a partition dropped and added again has a new create time): the
+    metastore's time comes from the partition's vacuum lock."""
+    from acidclean.producers.exclusion import ExclusionSettings, exclusive_vacuum
+    from acidclean.producers.table_identity import planned_identity
+
+    new_table(metastore, unique_name, columns=COLUMNS, partitioned_by=[("p", "string")])
+    metastore.add_partition(DB, unique_name, "p=1")
+    info = metastore.get_table(DB, unique_name, "p=1")
+    assert info.partition_create_time is not None
+    with exclusive_vacuum(metastore, DB, unique_name, "p=1", ExclusionSettings(wait_s=5.0)) as held:
+        identity = planned_identity(metastore, info, held.metastore_now_ms)
+        now_ms = held.metastore_now_ms()
+    assert identity is not None and identity.partition_create_time == info.partition_create_time
+    assert now_ms is not None and now_ms // 1000 > info.partition_create_time + 1
