@@ -117,6 +117,13 @@ class WireSharedLocation(_Strict, frozen=True):
     partition: Annotated[str, msgspec.Meta(pattern=_anchored(PARTITION_PATTERN), max_length=4096)] | None = None
 
 
+class WireVacuumedTable(_Strict, frozen=True):
+    location: NonEmpty
+    table_id: NonNegative | None = None
+    create_time: NonNegative | None = None
+    partition_create_time: NonNegative | None = None
+
+
 class WireDirectory(_Strict, frozen=True):
     name: DirectoryName
     file_count: NonNegative
@@ -161,6 +168,7 @@ class WireVacuumCommitted(_WireEvent, kw_only=True, frozen=True):
     request_id: Uuid | None = None
     overlapping_directories: list[DirectoryName] = []
     shared_locations: Annotated[list[WireSharedLocation], msgspec.Meta(max_length=10000)] | None = None
+    table_identity: WireVacuumedTable | None = None
 
     def ids(self) -> str:
         return self.event_id + (self.causation_id or "") + (self.request_id or "")  # correlation_id must equal it

@@ -34,6 +34,7 @@ from acidclean.consumers.rules.verdicts import NotYet, Refusal
 from acidclean.consumers.scheduling import vacuum_of
 from acidclean.consumers.shared_directory import directory_locks
 from acidclean.consumers.table_check import TableLockCheck
+from acidclean.consumers.vacuums_table import not_the_vacuums_table
 from acidclean.consumers.work import CleanerContext, CleanerMetastore, Outcome, StorageLocationLike, Work
 from acidclean.schemas.events import DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import cleaner_ids
@@ -77,6 +78,11 @@ class Cleanup:
             return self._table_gone(work, processed, error, locks)
         except MetastoreError as error:
             return self._fail_closed(processed, f"metastore get_table failed: {error}", locks)
+        recreated = not_the_vacuums_table(vacuum, table)  # rule 9: dropped and created again since the vacuum
+        if recreated is not None:
+            log(LOGGER, logging.WARNING, recreated, event_id=processed.event_id, table=vacuum.table)
+            done = self._publisher.done(processed, (), recreated)
+            return self._publisher.report_done(processed, done, "table_dropped", locks)
         try:
             storage = self._context.open_storage(table.location)
             real = storage.fs.real_path(storage.path)

@@ -236,6 +236,10 @@ class VacuumLock:
                 self.record_loss(str(error))
             raise
 
+    def metastore_now_ms(self) -> int | None:
+        """A time the metastore stamped just now (this lock's heartbeat), or None when it gives none."""
+        return _metastore_now_ms(self.metastore, self.components[0], self.lock_id) if self.components else None
+
     def ensure_held(self, before: str) -> None:
         """Raise :class:`VacuumFencedError` unless the lock is still this vacuum's, confirmed by the
         metastore now (a heartbeat: lock ids are never reused, so an answer means it is ours and held).

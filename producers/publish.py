@@ -19,6 +19,7 @@ from typing import Any
 from acidclean.producers.commit import SET_ASIDE_MARKER, read_marker
 from acidclean.producers.locks import lock_snapshot
 from acidclean.producers.outbox import DRAFT, Outbox, OutboxEntry
+from acidclean.producers.table_identity import confirmed_identity
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
@@ -64,6 +65,7 @@ def complete_event(draft: dict[str, Any], metastore: Metastore) -> VacuumCommitt
         request_id=uuid.UUID(request_id) if request_id else None,
         overlapping_directories=draft.get("overlapping_directories", []),
         shared_locations=list(sharers) or None,
+        table_identity=confirmed_identity(metastore, draft),  # read again after the commit (rule 9)
         **{name: draft[name] for name in _EVENT_FIELDS},
     )
 

@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +70,9 @@ from acidclean.producers.publish import (
 from acidclean.producers.shared_locations import describe_sharers, shared_vacuum_locks, sharers_of
 from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
+from acidclean.producers.table_identity import DRAFT_KEY as IDENTITY_KEY
+from acidclean.producers.table_identity import planned_identity, to_draft
+from acidclean.schemas.common import SharedLocation
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.errors import (
@@ -80,7 +83,7 @@ from acidclean.shared.errors import (
     VacuumFencedError,
     VacuumRefusedError,
 )
-from acidclean.shared.metastore import Metastore, TableInfo, partition_name, split_table_name
+from acidclean.shared.metastore import Metastore, TableIdentity, TableInfo, partition_name, split_table_name
 from acidclean.shared.orc.reader import list_table_dir
 from acidclean.shared.settings import Settings
 from acidclean.shared.storage import StorageLocation, location_scheme, open_location
@@ -163,8 +166,9 @@ def _draft(
     staging: str | None,
     visibility_txn_id: int | None = None,
     request_id: str | None = None,
+    identity: TableIdentity | None = None,
 ) -> dict[str, Any]:
-    draft = {
+    draft: dict[str, Any] = {
         "event_id": str(uuid.uuid4()),
         "tenant": settings.tenant,
         "table": plan.table,
@@ -181,6 +185,8 @@ def _draft(
         draft["visibility_txn_id"] = visibility_txn_id
     if request_id is not None:
         draft["request_id"] = request_id
+    if identity is not None:
+        draft[IDENTITY_KEY] = to_draft(identity)
     return draft
 
 
@@ -225,7 +231,9 @@ def run_vacuum(
     also, where_also = shared_vacuum_locks(sharers), describe_sharers(sharers)
     exclusion = exclusion_settings(settings)
     with exclusive_vacuum(metastore, db, table, info.partition, exclusion, also, where_also) as held:
-        return _plan_and_vacuum(request, settings, metastore, info, spark, publisher, outbox, progress, earlier, held)
+        return _plan_and_vacuum(
+            request, settings, metastore, info, spark, publisher, outbox, progress, earlier, held, sharers
+        )
 
 
 def exclusion_settings(settings: Settings) -> ExclusionSettings:
@@ -243,6 +251,7 @@ def _plan_and_vacuum(
     progress: Progress,
     earlier: list[PublishOutcome],
     held: VacuumLock | None,
+    sharers: Sequence[SharedLocation] = (),
 ) -> VacuumResult:
     location = open_location(info.location)
     mode = choose_commit_mode(
@@ -254,8 +263,11 @@ def _plan_and_vacuum(
         v_readers_acknowledged=settings.vacuum_visibility_txn_on_hive3,
     )
     removed_staging: tuple[str, ...] = ()
+    identity: TableIdentity | None = None
     if not request.dry_run:
-        refuse_while_hive_compacts(metastore, info)
+        refuse_while_hive_compacts(metastore, info, sharers)
+        # Which table this vacuum compacts, read before it lists the directory (rule 9).
+        identity = planned_identity(metastore, info, held.metastore_now_ms) if held is not None else None
         earlier = earlier + _publish_earlier(location, metastore, publisher, outbox)
         removed_staging = tuple(
             remove_abandoned_staging(location.fs.arrow, location.path, settings.abandoned_staging_s)
@@ -300,7 +312,18 @@ def _plan_and_vacuum(
     _connect_in_background(publisher)
     commit_with = _compact_and_commit if mode is CommitMode.RENAME else _compact_and_commit_txn
     job = _Job(
-        settings, metastore, location, info, spark(), publisher, outbox, progress, earlier, request.request_id, held
+        settings,
+        metastore,
+        location,
+        info,
+        spark(),
+        publisher,
+        outbox,
+        progress,
+        earlier,
+        request.request_id,
+        held,
+        identity,
     )
     result = commit_with(plan, job)
     return dataclasses.replace(result, removed_staging=removed_staging)
@@ -322,24 +345,33 @@ def _connect_in_background(publisher: Publisher) -> threading.Thread:
     return thread
 
 
-def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo) -> None:
+def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo, sharers: Sequence[SharedLocation] = ()) -> None:
     """Refuse while Hive's own compactor has a compaction of the table or partition initiated, working
     or ready for cleaning: both would write a compacted directory of the same range (two of one range
-    is HIVE-29210's duplicate case), and Hive's Cleaner may remove the inputs this vacuum is reading."""
-    for compaction in metastore.compactions(info.db, info.table, info.partition):
-        if not compaction.active:
-            continue
-        where = f"{compaction.db}.{compaction.table}"
-        where += f" partition {compaction.partition}" if compaction.partition else ""
-        since = ""
-        if compaction.started_at_ms:
-            since = ", since " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(compaction.started_at_ms / 1000))
-        kind = "partition" if compaction.partition else "table or partition"
-        raise VacuumRefusedError(
-            f"Hive's compactor has a {compaction.compaction_type} compaction of {where} in state {compaction.state} "
-            f"(id {compaction.compaction_id}{since}): acidclean does not compact a {kind} Hive is compacting; retry "
-            "when it is done or turn Hive's Initiator off (see docs/operations.md)"
-        )
+    is HIVE-29210's duplicate case), and Hive's Cleaner may remove the inputs this vacuum is reading.
+    Every other name of the directory (``sharers``, rule 8) counts: Hive compacting ``p=real`` writes and
+    cleans the very directory a vacuum of its alias ``p=latest`` reads. One ``show_compact`` per name."""
+    names = [(info.db, info.table, info.partition)]
+    for sharer in sharers:
+        db, _, table = sharer.table.partition(".")
+        if (db, table, sharer.partition) not in names:
+            names.append((db, table, sharer.partition))
+    for db, table, partition in names:
+        for compaction in metastore.compactions(db, table, partition):
+            if not compaction.active:
+                continue
+            where = f"{compaction.db}.{compaction.table}"
+            where += f" partition {compaction.partition}" if compaction.partition else ""
+            where += "" if (db, table, partition) == names[0] else ", which shares this vacuum's directory"
+            since = ""
+            if compaction.started_at_ms:
+                since = ", since " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(compaction.started_at_ms / 1000))
+            kind = "partition" if compaction.partition else "table or partition"
+            raise VacuumRefusedError(
+                f"Hive's compactor has a {compaction.compaction_type} compaction of {where} in state "
+                f"{compaction.state} (id {compaction.compaction_id}{since}): acidclean does not compact a {kind} "
+                "Hive is compacting; retry when it is done or turn Hive's Initiator off (see docs/operations.md)"
+            )
 
 
 @dataclass(frozen=True)
@@ -357,6 +389,7 @@ class _Job:
     earlier: list[PublishOutcome]
     request_id: str | None = None
     held: VacuumLock | None = None  # the vacuum lock; None only for a dry run, which commits nothing
+    identity: TableIdentity | None = None  # the table as planned (rule 9), confirmed after the commit
 
     def fence(self, before: str) -> None:
         """The last step before the commit: refuse unless the vacuum lock is still this vacuum's."""
@@ -404,7 +437,9 @@ def _compact_and_commit(plan: CompactionPlan, job: _Job) -> VacuumResult:
             f"committed; its partial output is in {staging_dir}, which readers ignore"
         ) from error
 
-    draft = _draft(plan, settings, location, produced, job_id, staging, request_id=job.request_id)
+    draft = _draft(
+        plan, settings, location, produced, job_id, staging, request_id=job.request_id, identity=job.identity
+    )
     outbox.save_draft(draft)  # from here on a crash cannot lose the event
     try:
         commit(fs, location.path, staging_dir, produced, draft, fence=lambda: job.fence("rename its output into place"))
@@ -479,7 +514,15 @@ def _compact_and_commit_txn(plan: CompactionPlan, job: _Job) -> VacuumResult:
             results = job.write(plan, location.path)
             produced = finish_directories(fs, location.path, plan.targets)
             draft = _draft(
-                plan, settings, location, produced, job_id, None, visibility_txn_id=txn_id, request_id=job.request_id
+                plan,
+                settings,
+                location,
+                produced,
+                job_id,
+                None,
+                visibility_txn_id=txn_id,
+                request_id=job.request_id,
+                identity=job.identity,
             )
             write_vacuum_markers(fs, location.path, produced, draft)
             outbox.save_draft(draft)  # from here on a crash cannot lose the event

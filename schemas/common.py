@@ -131,6 +131,19 @@ class SharedLocation(StrictModel):
     location: NonEmpty = Field(description="Its location as the metastore stores it.")
 
 
+class VacuumedTable(StrictModel):
+    """Which table (or partition) a vacuum compacted, beyond its name (safety rule 9): taken when the
+    vacuum planned and confirmed after its commit. A table dropped and created again under the same name
+    and location has another create time (or, where the metastore gives one, another id)."""
+
+    table_id: int | None = Field(default=None, ge=0, description="The metastore's table id, when it gives one.")
+    create_time: int | None = Field(default=None, ge=0, description="The table's create time (seconds).")
+    location: NonEmpty = Field(description="The table or partition location as the metastore stores it.")
+    partition_create_time: int | None = Field(
+        default=None, ge=0, description="The partition's create time (seconds), for a partition."
+    )
+
+
 class LockSnapshotEntry(StrictModel):
     """One lock as the metastore's ``show_locks`` listed it."""
 

@@ -25,6 +25,7 @@ from acidclean.schemas.common import (
     StrictModel,
     TableName,
     UtcDatetime,
+    VacuumedTable,
 )
 
 DirectoryName = Annotated[str, Field(min_length=1, max_length=1024)]
@@ -87,6 +88,11 @@ class VacuumCommitted(EventBase):
         description="The other tables and partitions whose location is this directory or lies inside or around "
         "it, when the vacuum committed (safety rule 8); their locks are in the lock snapshot too. Null when "
         "none (and in events of vacuums that did not resolve them).",
+    )
+    table_identity: VacuumedTable | None = Field(
+        default=None,
+        description="Which table the vacuum compacted (safety rule 9): the cleaner deletes nothing when the table "
+        "it finds under the name is another one. Null in events of vacuums that did not record it.",
     )
 
     @model_validator(mode="after")

@@ -157,3 +157,30 @@ def test_a_vacuum_of_the_real_partition_waits_while_the_alias_is_vacuumed(
     # released: the real partition's vacuum goes ahead
     with exclusive_vacuum(metastore, DB, unique_name, REAL, quick, shared_vacuum_locks(real_sharers)):
         pass
+
+
+@pytest.mark.rule8
+def test_hives_compaction_of_the_real_partition_refuses_a_vacuum_of_its_alias(
+    metastore: HiveMetastore, metastore_uri: str, table_settings: Settings, spark: Any, unique_name: str
+) -> None:
+    """Hive compacting ``p=real`` writes and cleans the directory a vacuum of ``p=latest`` would read:
+    the vacuum refuses, naming Hive's compaction of the other name, and writes nothing. On f8b7487 it
+    asked ``show_compact`` for ``p=latest`` alone and went ahead."""
+    from acidclean.shared.errors import VacuumRefusedError
+
+    write(metastore, unique_name, rows=20, commits=3, partition=REAL)
+    location = metastore.get_table(DB, unique_name, REAL).location
+    add_alias(metastore_uri, unique_name, REAL, "latest", location)
+    metastore.request_compaction(DB, unique_name, REAL, "MAJOR")
+    assert metastore.compactions(DB, unique_name, ALIAS) == []  # Hive's queue knows the real name only
+    before = sorted(entry.name for entry in open_location(location).fs.list_dir(open_location(location).path))
+
+    refused = pytest.raises(
+        VacuumRefusedError,
+        match=f"MAJOR compaction of {DB}.{unique_name} partition {REAL}, which shares this vacuum's directory "
+        "in state initiated",
+    )
+    with refused:
+        vacuum(metastore, table_settings, spark, unique_name, full=True, partition=ALIAS)
+    after = sorted(entry.name for entry in open_location(location).fs.list_dir(open_location(location).path))
+    assert after == before
