@@ -107,7 +107,21 @@ class VacuumCommitted(EventBase):
         return self
 
 
-class DelayEnvelope(EventBase):
+class _WaitingEvent(EventBase):
+    """A delay record: the cleaner may write its JSON without the models (acidclean.consumers.waiting),
+    and the codec then sends those bytes instead of dumping the model."""
+
+    _wire_value: bytes | None = PrivateAttr(default=None)
+
+    def attach_wire_value(self, value: bytes) -> None:
+        self._wire_value = value
+
+    @property
+    def wire_value(self) -> bytes | None:
+        return self._wire_value
+
+
+class DelayEnvelope(_WaitingEvent):
     """A vacuum whose snapshot locks were still held at the last readyToClean check.
 
     It is published on the delay topic with the vacuum's key and checked again at ``due_at``. When
@@ -138,16 +152,6 @@ class DelayEnvelope(EventBase):
         description="Transactions open since before the vacuum committed, still open at the last check "
         "(readers that take no locks may be using them; at most 100 listed).",
     )
-
-    # The JSON to publish, when the cleaner wrote it without the models (acidclean.consumers.waiting).
-    _wire_value: bytes | None = PrivateAttr(default=None)
-
-    def attach_wire_value(self, value: bytes) -> None:
-        self._wire_value = value
-
-    @property
-    def wire_value(self) -> bytes | None:
-        return self._wire_value
 
     @model_validator(mode="after")
     def _consistent(self) -> DelayEnvelope:
@@ -221,7 +225,7 @@ class UnchangedWaiting(StrictModel):
     )
 
 
-class DelayedVacuums(EventBase):
+class DelayedVacuums(_WaitingEvent):
     """Several vacuums of one table (one Kafka key) whose snapshot locks were still held, checked
     together again at ``due_at``: one record on the delay topic instead of one per vacuum.
 
@@ -249,17 +253,6 @@ class DelayedVacuums(EventBase):
         description="Set when every vacuum waits on locks alone: a check that finds all these locks still "
         "listed may carry the vacuums on without reading them.",
     )
-
-    # The JSON to publish, when the cleaner wrote it without the models (acidclean.consumers.waiting):
-    # the codec sends these bytes instead of dumping the model.
-    _wire_value: bytes | None = PrivateAttr(default=None)
-
-    def attach_wire_value(self, value: bytes) -> None:
-        self._wire_value = value
-
-    @property
-    def wire_value(self) -> bytes | None:
-        return self._wire_value
 
     @model_validator(mode="after")
     def _one_key(self) -> DelayedVacuums:
