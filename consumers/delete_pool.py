@@ -23,7 +23,8 @@ from acidclean.consumers.rules.readiness import lock_scope
 from acidclean.consumers.scheduling import vacuum_of
 from acidclean.consumers.work import CleanerContext, StorageLocationLike
 from acidclean.schemas.events import RemovedDirectory
-from acidclean.shared.metastore import TableIdentity
+from acidclean.shared.metastore import TableIdentity, TableInfo
+from acidclean.shared.storage.trash import Disposal, disposal_for, version_of
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -73,7 +74,14 @@ class DeletePool:
             item.storage.child,
             lambda: tables.reread(key, partition),
             {"event_id": item.processed.event_id, "table": vacuum.table, "partition": partition},
+            lambda table: self._disposal(item, table),
         )
+
+    def _disposal(self, item: PreparedCleanup, table: TableInfo) -> Disposal:
+        """Hive's choice for this cleanup's files, by the table as read just before the deletes."""
+        versioned = any(version_of(file.identity) for directory in item.checked for file in directory.files)
+        now = self._context.clock.now()
+        return disposal_for(item.storage.fs, self._context.config.trash, table.parameters, now, versioned=versioned)
 
     def count_metastore_call(self, call: str) -> None:
         self._context.metrics.metastore_calls.labels(call).inc()

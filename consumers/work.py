@@ -28,6 +28,7 @@ from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.metastore import LockInfo, TableInfo
 from acidclean.shared.storage import FileSystem
+from acidclean.shared.storage.trash import TrashPolicy
 
 if TYPE_CHECKING:
     from acidclean.consumers.outcome_batch import PreparedCleanup
@@ -110,6 +111,7 @@ class HandlerConfig:
     bundle_max: int = MAX_BUNDLE_RECORDS
     bundle_spread_ms: int = BUNDLE_DUE_SPREAD_MS  # one bundle only of records due within this of each other
     bundle_compressed: bool = True  # bundles' members compressed (acidclean.shared.bus.bundle)
+    trash: TrashPolicy = field(default_factory=TrashPolicy)  # where removed files go (acidclean.shared.storage.trash)
 
 
 @dataclass
