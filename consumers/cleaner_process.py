@@ -56,7 +56,7 @@ from acidclean.shared.storage.trash import TrashPolicy
 from acidclean.shared.thread_switching import shorten_thread_switches
 
 LOGGER = logging.getLogger("acidclean.cleaner")
-CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
+CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter", "cleanup_ledger")
 
 
 def cleaner_consumer_config(kafka: Mapping[str, str], group_id: str, cleaner_id: str) -> dict[str, Any]:

@@ -92,6 +92,7 @@ class CleanerTopics:
     cleanup_delay: str
     cleanup_done: str
     dead_letter: str
+    cleanup_ledger: str = "acid.cleanup.ledger"
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ class TopicNames(BaseModel):
     dead_letter: str = "acid.cleanup.dead-letter"
     delta_committed: str = "acid.delta.committed"
     vacuum_requests: str = "acid.vacuum.requests"
+    cleanup_ledger: str = "acid.cleanup.ledger"
 
 
 def _alias(*names: str) -> AliasChoices:
