@@ -21,10 +21,11 @@ from acidclean.consumers.remover import (
 )
 from acidclean.consumers.rules.readiness import lock_scope
 from acidclean.consumers.scheduling import vacuum_of
+from acidclean.consumers.trash_expiry import TrashExpiry
 from acidclean.consumers.work import CleanerContext, StorageLocationLike
 from acidclean.schemas.events import RemovedDirectory
 from acidclean.shared.metastore import TableIdentity, TableInfo
-from acidclean.shared.storage.trash import Disposal, disposal_for, version_of
+from acidclean.shared.storage.trash import Disposal, PrefixTrash, disposal_for, version_of
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -37,6 +38,7 @@ class DeletePool:
         self._context = context
         self._delete_pool = delete_pool
         self._delete_threads = delete_threads
+        self._trash_expiry = TrashExpiry()
 
     def in_chunks(self, function: Callable[[_Item], _Result], items: Sequence[_Item]) -> list[_Result]:
         """``function`` of every item, in order: in the delete pool, one task per pool thread, each
@@ -81,7 +83,11 @@ class DeletePool:
         """Hive's choice for this cleanup's files, by the table as read just before the deletes."""
         versioned = any(version_of(file.identity) for directory in item.checked for file in directory.files)
         now = self._context.clock.now()
-        return disposal_for(item.storage.fs, self._context.config.trash, table.parameters, now, versioned=versioned)
+        policy = self._context.config.trash
+        disposal = disposal_for(item.storage.fs, policy, table.parameters, now, versioned=versioned)
+        if isinstance(disposal, PrefixTrash):
+            self._trash_expiry.expire(disposal.fs, disposal.root, now, policy.interval_min)
+        return disposal
 
     def count_metastore_call(self, call: str) -> None:
         self._context.metrics.metastore_calls.labels(call).inc()

@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from acidclean.consumers.ledger import Ledger, assemble, ledger_records
 from acidclean.consumers.remover import CheckedCleanup, PlannedRemoval, Removal, checked_directory, remove_all
+from acidclean.consumers.trash_expiry import EXPIRY_EVERY, TrashExpiry
 from acidclean.consumers.undo import apply_undo, plan_undo
 from acidclean.schemas.events import CleanupDone
 from acidclean.schemas.ledger import CleanupLedger
@@ -162,3 +163,18 @@ def test_auto_purge_deletes_outright_and_undo_says_so(table: Path, tmp_path: Pat
     location = open_location(str(table))
     plan = plan_undo(ledger_of(table, dumped), location.fs, location.path, lambda: table_info(location.path))
     assert plan.restores == () and all("deleted outright" in item.reason for item in plan.refused)
+
+
+def test_the_cleaner_expires_its_own_trash_checkpoints_after_the_interval(tmp_path: Path) -> None:
+    trash = tmp_path / "trash"
+    for name in ("261130120000", "261202060000", "Current", "not-a-checkpoint"):
+        write(trash / name / "warehouse" / "t" / "delta_1" / "bucket_00000", b"x")
+    location = open_location(str(trash))
+    expiry = TrashExpiry()
+    assert expiry.expire(location.fs, location.path, NOW, 1440) == ["261130120000"]
+    assert sorted(p.name for p in trash.iterdir()) == ["261202060000", "Current", "not-a-checkpoint"]
+    # Rate-limited per root: a cleanup minutes later lists nothing; after EXPIRY_EVERY the next one does.
+    later = NOW + timedelta(hours=2)
+    assert expiry.expire(location.fs, location.path, NOW + timedelta(minutes=1), 10) == []
+    assert expiry.expire(location.fs, location.path, later + EXPIRY_EVERY, 10) == ["261202060000"]
+    assert sorted(p.name for p in trash.iterdir()) == ["Current", "not-a-checkpoint"]
