@@ -51,6 +51,7 @@ from acidclean.consumers.audit_wire import (
     decoders_for,
     fast_decode,
 )
+from acidclean.consumers.undo_log import read_undos, with_undos
 from acidclean.schemas.common import PARTITION_PATTERN, TABLE_PATTERN, EventBase, LockSnapshotEntry, utc_now
 from acidclean.schemas.events import (
     CleanupDone,
@@ -787,4 +788,5 @@ def read_audit(
         events = FastDecoder(settings, table=table, partition=partition).messages(reader.batches())
     with cyclic_gc_paused():
         rows = fold(events, now=utc_now(), overdue_after=overdue_after(settings.cleanup_interval_ms))
+    rows = with_undos(rows, read_undos(settings))  # cleanups undone, from the ledger topic (issue 54)
     return select(rows, table=table, partition=partition, since=since), reader

@@ -10,15 +10,16 @@ import getpass
 import socket
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
+from typing import TYPE_CHECKING
 
 from acidclean.consumers.ledger import IncompleteLedgerError, Ledger, assemble
 from acidclean.consumers.undo import UndoPlan, UndoResult, apply_undo, plan_undo
 from acidclean.schemas.common import derived_event_id, utc_now
 from acidclean.schemas.ledger import CleanupLedger, CleanupUndone
-from acidclean.shared.bus.codec import decode
+from acidclean.shared.bus.codec import CE_TYPE, decode
 from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.reader import LogReader
 from acidclean.shared.bus.records import RawRecord, raw_record
@@ -26,6 +27,9 @@ from acidclean.shared.errors import AcidCleanError
 from acidclean.shared.metastore import TableInfo
 from acidclean.shared.settings import Settings
 from acidclean.shared.storage import StorageLocation, open_location
+
+if TYPE_CHECKING:
+    from acidclean.consumers.audit import AuditRow
 
 
 class UndoRefusedError(AcidCleanError):
@@ -151,3 +155,30 @@ def undone_event(ledger: Ledger, result: UndoResult, first: CleanupLedger) -> Cl
         undone_by=f"{getpass.getuser()}@{socket.gethostname()}",
         note=note,
     )
+
+
+def read_undos(settings: Settings) -> dict[str, CleanupUndone]:
+    """The latest ``CleanupUndone`` of each vacuum (by its id) on the ledger topic; the ledger chunks
+    themselves are skipped unread (by their ``ce_type`` header), so the audit pays little for them."""
+    reader = LogReader(settings.kafka, [settings.topic("cleanup_ledger")])
+    wanted = CleanupUndone.event_type.encode()
+    records = (record for record in map(raw_record, reader) if (CE_TYPE, wanted) in record.headers)
+    return ledger_log_of(records, settings.tenant).undone_vacuums()
+
+
+def with_undos(rows: list[AuditRow], undos: dict[str, CleanupUndone]) -> list[AuditRow]:
+    """Audit rows whose cleanup was undone say so in their detail (the state stays what the cleaner did)."""
+    if not undos:
+        return rows
+    marked = []
+    for row in rows:
+        undo = undos.get(row.vacuum_id or "")
+        if undo is None:
+            marked.append(row)
+            continue
+        when = undo.occurred_at.isoformat().replace("+00:00", "Z")
+        line = (
+            f"undone {when} by {undo.undone_by}: {undo.restored_files} file(s) put back, {undo.refused_files} refused"
+        )
+        marked.append(replace(row, reason=f"{row.reason}; {line}" if row.reason else line))
+    return marked

@@ -7,9 +7,13 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
+from events.factories import done as done_of
+from events.factories import undone, vacuum
 
+from acidclean.consumers.audit import fold
 from acidclean.consumers.ledger import IncompleteLedgerError, assemble, ledger_records
 from acidclean.consumers.remover import RemovedFile
+from acidclean.consumers.undo_log import ledger_log_of, with_undos
 from acidclean.schemas.events import CleanupDone
 from acidclean.schemas.ledger import MAX_LEDGER_DATA, CleanupLedger
 from acidclean.shared.bus.codec import decode, encode
@@ -102,3 +106,15 @@ def test_the_ledger_of_a_100000_file_cleanup_is_bounded_on_the_log(capsys: pytes
     assert sum(record.files for record in records) == 100_000
     assert size < 100_000 * 16  # a few bytes a file: paths and trash paths are written once per chunk as templates
     assert list(assemble(records, PATH).files) == files
+
+
+def test_audit_rows_of_undone_cleanups_say_so() -> None:
+    v = vacuum()
+    record = encode(undone(v, restored_files=4, refused_files=1))
+    raw = RawRecord("acme.acid.cleanup.ledger", 0, 0, record.key, record.value, record.headers)
+    undos = ledger_log_of([raw], "acme").undone_vacuums()
+    rows = with_undos(fold([v, done_of(v)]), undos)
+    [row] = rows
+    assert row.state == "cleaned"
+    assert row.reason is not None and "by ops@host: 4 file(s) put back, 1 refused" in row.reason
+    assert with_undos(fold([v, done_of(v)]), {}) == fold([v, done_of(v)])
