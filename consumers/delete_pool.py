@@ -25,7 +25,7 @@ from acidclean.consumers.trash_expiry import TrashExpiry
 from acidclean.consumers.work import CleanerContext, StorageLocationLike
 from acidclean.schemas.events import RemovedDirectory
 from acidclean.shared.metastore import TableIdentity, TableInfo
-from acidclean.shared.storage.trash import Disposal, PrefixTrash, disposal_for, version_of
+from acidclean.shared.storage.trash import Disposal, PrefixTrash, disposal_for
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -81,7 +81,8 @@ class DeletePool:
 
     def _disposal(self, item: PreparedCleanup, table: TableInfo) -> Disposal:
         """Hive's choice for this cleanup's files, by the table as read just before the deletes."""
-        versioned = any(version_of(file.identity) for directory in item.checked for file in directory.files)
+        is_versioned = getattr(item.storage.fs, "versioned", None)  # S3 only: the bucket keeps versions
+        versioned = bool(is_versioned(item.storage.path)) if is_versioned is not None else False
         now = self._context.clock.now()
         policy = self._context.config.trash
         disposal = disposal_for(item.storage.fs, policy, table.parameters, now, versioned=versioned)

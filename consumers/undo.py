@@ -5,10 +5,11 @@
 cleaner confirmed before deleting (rule 9's identity: id, or create time and location), else nothing
 is put back; a directory that exists again is left alone whole (something wrote it since: a file
 put back beside new ones would mix two histories); a file already deleted outright (``gone``: the
-table's ``auto.purge``, or no trash) or kept as an S3 version cannot be put back from here; a trash
-file that is no longer there (the trash was emptied or expired) or is another file now (size or
-identity) is refused. :func:`apply_undo` then renames each planned file back, refusing any whose
-place was taken meanwhile (an HDFS rename is refused by the NameNode when the target exists).
+table's ``auto.purge``, or no trash) cannot be put back; a trash file that is no longer there (the
+trash was emptied or expired) or is another file now (size or identity), or an S3 version no longer
+kept, is refused. :func:`apply_undo` then renames each planned file back (an S3 version: copies it to
+its key), refusing any whose place was taken meanwhile (an HDFS rename is refused by the NameNode
+when the target exists; an S3 copy is checked just before).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def plan_undo(ledger: Ledger, fs: FileSystem, location_path: str, reread: Callab
         target = f"{root}/{item.directory}/{item.path}"
         reason = _why_not(item, target, directories_back, fs, trash_listings)
         if reason is None:
-            restores.append(Restore(item, item.went.removeprefix("trash:"), target))
+            restores.append(Restore(item, item.went.removeprefix("trash:"), target))  # or "version:<id>"
         else:
             refused.append(Refused(item, reason))
     return UndoPlan(ledger, tuple(restores), tuple(refused))
@@ -106,12 +107,7 @@ def _why_not(
 ) -> str | None:
     if item.went == GONE:
         return "deleted outright (auto.purge=true, no trash on the storage, or no trash root): nothing to put back"
-    if item.went.startswith("version:"):
-        return (
-            "kept as an S3 noncurrent version, which undo does not restore yet: copy that version over the key "
-            "(aws s3api copy-object --copy-source 'BUCKET/KEY?versionId=ID')"
-        )
-    if not item.went.startswith("trash:"):
+    if not item.went.startswith(("trash:", "version:")):
         return f"unknown destination {item.went!r} in the ledger"
     if item.directory in directories_back:
         return (
@@ -120,6 +116,8 @@ def _why_not(
         )
     if fs.exists(target):
         return f"{target} exists; undo never overwrites a file"
+    if item.went.startswith("version:"):
+        return _why_not_version(item, target, fs)
     source = item.went.removeprefix("trash:")
     parent, name = posixpath.split(source)
     listing = trash_listings.get(parent)
@@ -134,6 +132,15 @@ def _why_not(
         return "no longer in the trash (emptied, or expired after its interval): it cannot be put back"
     if found.size != item.size or not _same_identity(item.identity, found.identity):
         return f"the trash holds another file at {source} now (size or identity changed); left where it is"
+    return None
+
+
+def _why_not_version(item: RemovedFile, target: str, fs: FileSystem) -> str | None:
+    has_version = getattr(fs, "has_version", None)
+    if has_version is None:
+        return "the ledger names an S3 version but this storage keeps none"
+    if not has_version(target, item.went.removeprefix("version:")):
+        return "its S3 version is no longer kept (expired by a lifecycle rule, or deleted): it cannot be put back"
     return None
 
 
@@ -167,7 +174,15 @@ def apply_undo(plan: UndoPlan, fs: FileSystem) -> UndoResult:
             if fs.exists(item.target):
                 refused.append(Refused(item.file, f"{item.target} appeared before undo reached it; not overwritten"))
                 continue
-            fs.rename(item.source, item.target)
+            if item.source.startswith("version:"):
+                restore_version = getattr(fs, "restore_version", None)
+                if restore_version is None:
+                    raise StorageError("this storage keeps no versions")
+                restore_version(item.target, item.source.removeprefix("version:"))
+            else:
+                # S3 has no rename: the file is copied whole (never over an object), then deleted.
+                move = getattr(fs, "move_file", None) or fs.rename
+                move(item.source, item.target)
         except StorageError as error:
             refused.append(Refused(item.file, f"not put back: {error}"))
             continue

@@ -10,7 +10,8 @@ file, only with the files rule 9 confirmed (docs/design.md section 7, rule 9: ch
   is deleted, as Hive's ``moveToTrash`` deletes when ``Trash.moveToAppropriateTrash`` declines). The
   NameNode's trash emptier expires it.
 - S3, versioned bucket: deleted; the bucket keeps the file as a noncurrent version (the ledger records
-  its version id). Unversioned: moved under the configured trash root, else deleted outright.
+  its version id). Unversioned: copied under the configured trash root and deleted (S3 has no
+  rename), else deleted outright.
 - Local storage: moved under the configured trash root, else deleted outright.
 
 acidclean's own trash (local and S3) is written as Hadoop writes checkpoints: each cleanup's files go
@@ -95,6 +96,19 @@ class Delete:
         return [_where_deleted(item) for item in files]
 
 
+@dataclass(frozen=True)
+class S3Versions:
+    """Delete in a versioned S3 bucket: each object stays as a noncurrent version, whose id (read just
+    before the delete, one listing of the directory's versions) the ledger records."""
+
+    fs: Any  # an S3FileSystem: current_versions, delete_files
+
+    def dispose(self, directory: str, files: Sequence[ListedFile]) -> list[str]:
+        versions: dict[str, str] = self.fs.current_versions(directory)
+        self.fs.delete_files(directory, [item.path for item in files])
+        return [f"version:{versions[item.path]}" if item.path in versions else GONE for item in files]
+
+
 def _where_deleted(item: ListedFile) -> str:
     version = version_of(item.identity)
     return GONE if version is None else f"version:{version}"
@@ -157,8 +171,10 @@ class PrefixTrash:
             while self.fs.exists(target):
                 suffix += 1
                 target = f"{trash_path(self.root, self.checkpoint, source)}.{suffix}"
+            # S3 has no rename: a file is copied whole, then deleted (move_file); elsewhere one rename.
+            move = getattr(self.fs, "move_file", None) or self.fs.rename
             try:
-                self.fs.rename(source, target)
+                move(source, target)
             except StorageError:
                 if not self.fs.exists(source):
                     went.append(GONE)  # removed by someone else meanwhile: nothing of ours went anywhere
@@ -200,6 +216,8 @@ def disposal_for(
     native = getattr(fs, "native", None)
     if native is not None and hasattr(native, "trash"):
         return HdfsTrash(native, fs)
-    if versioned or policy.root is None:
+    if versioned:
+        return S3Versions(fs)
+    if policy.root is None:
         return Delete(fs)
     return PrefixTrash(fs, policy.root, checkpoint_name(now))

@@ -15,6 +15,7 @@ from acidclean.shared.storage.trash import (
     Delete,
     HdfsTrash,
     PrefixTrash,
+    S3Versions,
     TrashPolicy,
     checkpoint_name,
     disposal_for,
@@ -80,7 +81,9 @@ def test_local_and_s3_use_the_trash_root_only_when_one_is_set_and_versions_are_n
     assert isinstance(disposal_for(fs, TrashPolicy(), {}, NOW, versioned=False), Delete)
     chosen = disposal_for(fs, TrashPolicy(root="/trash"), {}, NOW, versioned=False)
     assert chosen == PrefixTrash(fs, "/trash", "261202063000")
-    assert isinstance(disposal_for(fs, TrashPolicy(root="/trash"), {}, NOW, versioned=True), Delete)
+    assert isinstance(disposal_for(fs, TrashPolicy(root="/trash"), {}, NOW, versioned=True), S3Versions)
+    assert isinstance(disposal_for(fs, TrashPolicy(), {}, NOW, versioned=True), S3Versions)
+    assert isinstance(disposal_for(fs, TrashPolicy(), {"auto.purge": "true"}, NOW, versioned=True), Delete)
 
 
 def test_the_ledger_says_where_each_file_went_on_hdfs() -> None:
