@@ -108,6 +108,7 @@ def test_a_versioned_bucket_keeps_versions_and_undo_copies_them_back(s3: S3Endpo
     assert contents(s3, "versioned-trash") == before
 
 
+@pytest.mark.rule9
 def test_an_expired_version_is_refused_and_a_key_in_the_way_is_not_overwritten(s3: S3Endpoint) -> None:
     location = new_table(s3, "versioned-expired", versioned=True)
     removal = clean(location, TrashPolicy())
