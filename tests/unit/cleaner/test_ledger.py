@@ -4,7 +4,7 @@ message, and read back to the same files; a 100,000-file cleanup is measured in 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from events.factories import done as done_of
@@ -13,7 +13,7 @@ from events.factories import undone, vacuum
 from acidclean.consumers.audit import fold
 from acidclean.consumers.ledger import IncompleteLedgerError, assemble, ledger_records
 from acidclean.consumers.remover import RemovedFile
-from acidclean.consumers.undo_log import ledger_log_of, with_undos
+from acidclean.consumers.undo_log import LedgerLog, UndoRefusedError, ledger_log_of, select_cleanups, with_undos
 from acidclean.schemas.events import CleanupDone
 from acidclean.schemas.ledger import MAX_LEDGER_DATA, CleanupLedger
 from acidclean.shared.bus.codec import decode, encode
@@ -118,3 +118,18 @@ def test_audit_rows_of_undone_cleanups_say_so() -> None:
     assert row.state == "cleaned"
     assert row.reason is not None and "by ops@host: 4 file(s) put back, 1 refused" in row.reason
     assert with_undos(fold([v, done_of(v)]), {}) == fold([v, done_of(v)])
+
+
+def test_undo_selects_a_cleanup_by_its_id_or_its_vacuum_or_a_table_since_a_time() -> None:
+    log = LedgerLog()
+    first, second = done(), done()
+    second = second.model_copy(update={"occurred_at": NOW + timedelta(hours=2), "table": "sales.other"})
+    for cleanup in (first, second):
+        for record in ledger_records(cleanup, LOCATION, PATH, None, hdfs_files(2)):
+            log.add(record)
+    assert [c[0].cleanup_id for c in select_cleanups(log, str(first.event_id), None, None)] == [first.event_id]
+    assert [c[0].cleanup_id for c in select_cleanups(log, str(second.correlation_id), None, None)] == [second.event_id]
+    assert [c[0].table for c in select_cleanups(log, None, "sales.orders", None)] == ["sales.orders"]
+    assert select_cleanups(log, None, None, NOW + timedelta(hours=1))[0][0].cleanup_id == second.event_id
+    with pytest.raises(UndoRefusedError, match="no ledger of cleanup"):
+        select_cleanups(log, "00000000-0000-0000-0000-000000000000", None, None)
