@@ -19,6 +19,7 @@ from acidclean.consumers.remover import (
     checked_directory,
     remove_all,
 )
+from acidclean.consumers.replication_check import ReplicationCheck
 from acidclean.consumers.rules.readiness import lock_scope
 from acidclean.consumers.scheduling import vacuum_of
 from acidclean.consumers.trash_expiry import TrashExpiry
@@ -39,6 +40,7 @@ class DeletePool:
         self._delete_pool = delete_pool
         self._delete_threads = delete_threads
         self._trash_expiry = TrashExpiry()
+        self._replication = ReplicationCheck()
 
     def in_chunks(self, function: Callable[[_Item], _Result], items: Sequence[_Item]) -> list[_Result]:
         """``function`` of every item, in order: in the delete pool, one task per pool thread, each
@@ -83,6 +85,7 @@ class DeletePool:
         """Hive's choice for this cleanup's files, by the table as read just before the deletes."""
         is_versioned = getattr(item.storage.fs, "versioned", None)  # S3 only: the bucket keeps versions
         versioned = bool(is_versioned(item.storage.path)) if is_versioned is not None else False
+        self._replication.note(self._context.metastore(), table.db)
         now = self._context.clock.now()
         policy = self._context.config.trash
         disposal = disposal_for(item.storage.fs, policy, table.parameters, now, versioned=versioned)

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from acidclean.consumers.remover import CheckedCleanup, PlannedRemoval, checked_directory, remove_all
+from acidclean.consumers.replication_check import ReplicationCheck
+from acidclean.shared.errors import MetastoreError
 from acidclean.shared.metastore import TableIdentity, TableInfo
 from acidclean.shared.storage.trash import (
     Delete,
@@ -168,3 +170,35 @@ def test_only_files_confirmed_by_rule_9_reach_the_trash() -> None:
     assert [item.path for item in removal.files] == ["_orc_acid_version"]
     assert f"{TABLE}/{D1}/bucket_00000" in fs.files
     assert f"/user/u/.Trash/Current{TABLE}/{D1}/bucket_00000" not in fs.files
+
+
+class ReplicationMetastore:
+    def __init__(self, parameters: dict[str, dict[str, str]], fail: bool = False) -> None:
+        self.parameters = parameters
+        self.fail = fail
+        self.asked: list[str] = []
+
+    def database_parameters(self, db: str) -> dict[str, str]:
+        self.asked.append(db)
+        if self.fail:
+            raise MetastoreError("cannot reach the Hive Metastore (get_database)")
+        return self.parameters.get(db, {})
+
+
+def test_a_replication_source_is_asked_once_and_named_once(caplog: pytest.LogCaptureFixture) -> None:
+    metastore = ReplicationMetastore({"sales": {"repl.source.for": "nightly"}})
+    check = ReplicationCheck()
+    with caplog.at_level("WARNING", logger="acidclean.cleaner"):
+        for _ in range(3):
+            assert check.note(metastore, "sales") is not None
+            assert check.note(metastore, "other") is None
+    assert metastore.asked == ["sales", "other"]
+    warnings = [record.getMessage() for record in caplog.records if "repl.source.for=nightly" in record.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_a_metastore_that_cannot_tell_does_not_stop_the_cleanup() -> None:
+    metastore = ReplicationMetastore({}, fail=True)
+    check = ReplicationCheck()
+    assert check.note(metastore, "sales") is None and check.note(metastore, "sales") is None
+    assert metastore.asked == ["sales", "sales"]  # asked again: no answer was cached
