@@ -284,8 +284,12 @@ def remove_all(
             removals[id(item)] = metastore_failure(error)
             continue
         if reason is None:
+            try:
+                disposals[id(item)] = None if item.disposal is None else item.disposal(seen[-1])
+            except (StorageError, OSError) as error:  # e.g. a bucket's versioning could not be read
+                removals[id(item)] = Removal((), (), (f"choosing where the files go failed: {error}",))
+                continue
             confirmed.append(item)
-            disposals[id(item)] = None if item.disposal is None else item.disposal(seen[-1])
         else:
             removals[id(item)] = not_the_same_table(item.cleanup, reason)
 

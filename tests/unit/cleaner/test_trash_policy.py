@@ -13,6 +13,7 @@ from acidclean.consumers.remover import CheckedCleanup, PlannedRemoval, checked_
 from acidclean.consumers.replication_check import ReplicationCheck
 from acidclean.shared.errors import MetastoreError
 from acidclean.shared.metastore import TableIdentity, TableInfo
+from acidclean.shared.storage import StorageError
 from acidclean.shared.storage.trash import (
     Delete,
     HdfsTrash,
@@ -202,3 +203,18 @@ def test_a_metastore_that_cannot_tell_does_not_stop_the_cleanup() -> None:
     check = ReplicationCheck()
     assert check.note(metastore, "sales") is None and check.note(metastore, "sales") is None
     assert metastore.asked == ["sales", "sales"]  # asked again: no answer was cached
+
+
+def test_a_storage_that_cannot_say_where_files_go_deletes_nothing_and_is_checked_again() -> None:
+    fs = FakeHdfs()
+    fs.add_acid_dirs(TABLE, [D1])
+    cleanup = CheckedCleanup(TableIdentity.of(table()), (checked_directory(fs, f"{TABLE}/{D1}", D1),))
+
+    def unreadable(read: TableInfo) -> Any:
+        raise StorageError("cannot read the versioning of bucket b: AccessDenied")
+
+    planned = PlannedRemoval(cleanup, fs, lambda name: f"{TABLE}/{name}", table, {}, unreadable)
+    [removal] = remove_all([planned], lambda function, items: [function(item) for item in items], lambda: None)
+    assert removal.removed == () and removal.files == ()
+    assert removal.errors and "AccessDenied" in removal.errors[0]
+    assert f"{TABLE}/{D1}/bucket_00000" in fs.files
