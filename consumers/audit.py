@@ -47,6 +47,7 @@ from acidclean.consumers.audit_reading import (
 )
 from acidclean.consumers.audit_rows import EPOCH, ROW_FIELDS, AuditRow, AuditState
 from acidclean.consumers.audit_wire import WireEvent
+from acidclean.consumers.undo_log import read_undos, with_undos
 from acidclean.schemas.common import utc_now
 from acidclean.schemas.events import Event
 from acidclean.shared.acid.partition_names import may_be_same_partition
@@ -180,4 +181,5 @@ def read_audit(
         events = FastDecoder(settings, table=table, partition=partition).messages(reader.batches())
     with cyclic_gc_paused():
         rows = fold(events, now=utc_now(), overdue_after=overdue_after(settings.cleanup_interval_ms))
+    rows = with_undos(rows, read_undos(settings))  # cleanups undone, from the ledger topic (issue 54)
     return select(rows, table=table, partition=partition, since=since), reader

@@ -52,10 +52,11 @@ from acidclean.shared.memory_release import MemoryReleaser, keep_large_blocks_ou
 from acidclean.shared.probes import CONSUMER_ONLY_PREFIXES, broker_check, metastore_check_for
 from acidclean.shared.settings import Settings
 from acidclean.shared.storage import open_location
+from acidclean.shared.storage.trash import TrashPolicy
 from acidclean.shared.thread_switching import shorten_thread_switches
 
 LOGGER = logging.getLogger("acidclean.cleaner")
-CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter")
+CLEANER_TOPICS = ("vacuum_committed", "cleanup_delay", "cleanup_done", "dead_letter", "cleanup_ledger")
 
 
 def cleaner_consumer_config(kafka: Mapping[str, str], group_id: str, cleaner_id: str) -> dict[str, Any]:
@@ -183,6 +184,9 @@ class CleanerProcess:
                 bundle_spread_ms=settings.cleanup_bundle_spread_ms,
                 bundle_compressed=settings.cleanup_bundle_compression == "zlib",
                 parts_off=parts_off,
+                trash=TrashPolicy(
+                    settings.cleanup_trash, settings.cleanup_trash_root or None, settings.cleanup_trash_interval_min
+                ),
             ),
             metastore=self._clients.factory("metastore", self._metastore_factory),
             bus=self._clients.factory("bus", self._bus_factory),

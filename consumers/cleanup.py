@@ -248,7 +248,7 @@ class Cleanup:
         self._context.crash.reached("before-delete")
         single = PreparedCleanup(processed, storage, plan, tuple(planned), locks, table, tuple(checked))
         removal = self._deletes.remove_checked([single])[id(single)]
-        return self._after_deletes(processed, plan, removal, locks, crash=True)
+        return self._after_deletes(processed, plan, removal, locks, crash=True, prepared=single)
 
     def _after_deletes(
         self,
@@ -258,6 +258,7 @@ class Cleanup:
         locks: TableLockCheck,
         *,
         crash: bool = False,
+        prepared: PreparedCleanup | None = None,
     ) -> Outcome:
         """The outcome once the deletes ran: ``CleanupDone``, or a delay if any delete failed."""
         vacuum = vacuum_of(processed)
@@ -285,9 +286,10 @@ class Cleanup:
         removed.sort(key=lambda item: item.name)
         self._deletes.count_removed(removed)
         note = "; ".join(part for part in (plan.note(), removal.note()) if part) or None
-        outcome = self._publisher.report_done(
-            processed, self._publisher.done(processed, removed, note), "cleaned", locks
-        )
+        done = self._publisher.done(processed, removed, note)
+        if prepared is not None:
+            self._publisher.record_ledger(done, vacuum.location, prepared, removal.files, locks)
+        outcome = self._publisher.report_done(processed, done, "cleaned", locks)
         if not outcome.deferred:
             self._context.crash.reached("after-done")
         return outcome
@@ -323,7 +325,9 @@ class Cleanup:
         self._context.crash.reached("after-delete")
         for item in prepared:
             try:
-                outcomes[id(item)] = self._after_deletes(item.processed, item.plan, removals[id(item)], item.locks)
+                outcomes[id(item)] = self._after_deletes(
+                    item.processed, item.plan, removals[id(item)], item.locks, prepared=item
+                )
             except Exception as error:
                 outcomes[id(item)] = error
         return outcomes

@@ -19,11 +19,14 @@ from acidclean.consumers.remover import (
     checked_directory,
     remove_all,
 )
+from acidclean.consumers.replication_check import ReplicationCheck
 from acidclean.consumers.rules.readiness import lock_scope
 from acidclean.consumers.scheduling import vacuum_of
+from acidclean.consumers.trash_expiry import TrashExpiry
 from acidclean.consumers.work import CleanerContext, StorageLocationLike
 from acidclean.schemas.events import RemovedDirectory
-from acidclean.shared.metastore import TableIdentity
+from acidclean.shared.metastore import TableIdentity, TableInfo
+from acidclean.shared.storage.trash import Disposal, PrefixTrash, disposal_for
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -36,6 +39,8 @@ class DeletePool:
         self._context = context
         self._delete_pool = delete_pool
         self._delete_threads = delete_threads
+        self._trash_expiry = TrashExpiry()
+        self._replication = ReplicationCheck()
 
     def in_chunks(self, function: Callable[[_Item], _Result], items: Sequence[_Item]) -> list[_Result]:
         """``function`` of every item, in order: in the delete pool, one task per pool thread, each
@@ -73,7 +78,20 @@ class DeletePool:
             item.storage.child,
             lambda: tables.reread(key, partition),
             {"event_id": item.processed.event_id, "table": vacuum.table, "partition": partition},
+            lambda table: self._disposal(item, table),
         )
+
+    def _disposal(self, item: PreparedCleanup, table: TableInfo) -> Disposal:
+        """Hive's choice for this cleanup's files, by the table as read just before the deletes."""
+        is_versioned = getattr(item.storage.fs, "versioned", None)  # S3 only: the bucket keeps versions
+        versioned = bool(is_versioned(item.storage.path)) if is_versioned is not None else False
+        self._replication.note(self._context.metastore(), table.db)
+        now = self._context.clock.now()
+        policy = self._context.config.trash
+        disposal = disposal_for(item.storage.fs, policy, table.parameters, now, versioned=versioned)
+        if isinstance(disposal, PrefixTrash):
+            self._trash_expiry.expire(disposal.fs, disposal.root, now, policy.interval_min)
+        return disposal
 
     def count_metastore_call(self, call: str) -> None:
         self._context.metrics.metastore_calls.labels(call).inc()

@@ -11,8 +11,10 @@ import time
 from collections.abc import Callable, Sequence
 
 from acidclean.consumers.bundles import WaitingBundle
+from acidclean.consumers.ledger import ledger_records
 from acidclean.consumers.outcome_batch import Outgoing, PreparedCleanup
 from acidclean.consumers.outcome_notes import OutcomeNotes
+from acidclean.consumers.remover import RemovedFile
 from acidclean.consumers.rules.readiness import Readiness
 from acidclean.consumers.rules.verdicts import Refusal
 from acidclean.consumers.scheduling import delay_envelope, vacuum_of
@@ -173,6 +175,18 @@ class OutcomePublisher:
             dry_run=self._context.config.dry_run,
             note=None if note is None else fit_field(CleanupDone, "note", note),
         )
+
+    def record_ledger(
+        self,
+        done: CleanupDone,
+        location: str,
+        prepared: PreparedCleanup,
+        files: Sequence[RemovedFile],
+        locks: TableLockCheck | None,
+    ) -> None:
+        """Queue (or publish) the cleanup's ledger on the ledger topic, ahead of its ``CleanupDone``."""
+        for record in ledger_records(done, location, prepared.storage.path, prepared.table, files):
+            self.emit(self._context.config.topics.cleanup_ledger, record, lambda: None, locks)
 
     def report_done(
         self,

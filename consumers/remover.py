@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from acidclean.consumers.logs import log
@@ -24,6 +25,7 @@ from acidclean.schemas.events import RemovedDirectory
 from acidclean.shared.errors import AcidCleanError, MetastoreError, TableNotFoundError
 from acidclean.shared.metastore import TableIdentity, TableInfo, table_difference
 from acidclean.shared.storage import FileSystem, ListedFile, StorageError, file_difference
+from acidclean.shared.storage.trash import Delete, Disposal
 
 LOGGER = logging.getLogger("acidclean.cleaner")
 
@@ -58,12 +60,25 @@ class LeftBehind:
 
 
 @dataclass(frozen=True)
+class RemovedFile:
+    """One file a cleanup removed, as its ledger records it: where it was and where it went
+    (``trash:<path>``, ``version:<id>`` or ``gone``, :mod:`acidclean.shared.storage.trash`)."""
+
+    directory: str
+    path: str  # under ``directory``
+    size: int
+    identity: str
+    went: str
+
+
+@dataclass(frozen=True)
 class DirectoryRemoval:
     """One directory's deletes: what went (None if nothing did), what stayed, a storage error."""
 
     removed: RemovedDirectory | None
     left: tuple[LeftBehind, ...] = ()
     error: str | None = None
+    files: tuple[RemovedFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,7 @@ class Removal:
     removed: tuple[RemovedDirectory, ...]
     left: tuple[LeftBehind, ...]
     errors: tuple[str, ...]  # storage or metastore failures: the cleanup is checked again later
+    files: tuple[RemovedFile, ...] = ()  # the ledger: each file removed and where it went
 
     @property
     def bytes(self) -> int:
@@ -108,9 +124,11 @@ def confirm_table(checked: TableIdentity, reread: Callable[[], TableInfo]) -> st
     return None if difference is None else f"the table is not the one checked: {difference}"
 
 
-def remove_directory(fs: FileSystem, path: str, checked: CheckedDirectory) -> DirectoryRemoval:
-    """Delete, under ``path``, the files listed at the check that are still the same files; then the
-    directory, when nothing is left in it."""
+def remove_directory(
+    fs: FileSystem, path: str, checked: CheckedDirectory, disposal: Disposal | None = None
+) -> DirectoryRemoval:
+    """Delete (or move to the trash, by ``disposal``), under ``path``, the files listed at the check
+    that are still the same files; then the directory, when nothing is left in it."""
     try:
         now = fs.list_files(path)
     except (OSError, AcidCleanError) as error:
@@ -125,7 +143,7 @@ def remove_directory(fs: FileSystem, path: str, checked: CheckedDirectory) -> Di
         else:
             left.append(LeftBehind(checked.name, item.path, reason))
     try:
-        fs.delete_files(path, [item.path for item in doomed])
+        went = (disposal or Delete(fs)).dispose(path, doomed)
         if not left and not fs.delete_empty_dir(path):
             left.append(LeftBehind(checked.name, None, "a file appeared in it while its files were deleted"))
     except (StorageError, OSError) as error:
@@ -133,7 +151,11 @@ def remove_directory(fs: FileSystem, path: str, checked: CheckedDirectory) -> Di
     removed = None
     if doomed or not left:
         removed = RemovedDirectory(name=checked.name, file_count=len(doomed), bytes=sum(f.size for f in doomed))
-    return DirectoryRemoval(removed, tuple(left))
+    files = tuple(
+        RemovedFile(checked.name, item.path, item.size, item.identity, where)
+        for item, where in zip(doomed, went, strict=True)
+    )
+    return DirectoryRemoval(removed, tuple(left), files=files)
 
 
 def not_the_same_table(cleanup: CheckedCleanup, reason: str) -> Removal:
@@ -146,6 +168,7 @@ def removal_of(results: Sequence[DirectoryRemoval]) -> Removal:
         tuple(result.removed for result in results if result.removed is not None),
         tuple(item for result in results for item in result.left),
         tuple(result.error for result in results if result.error is not None),
+        tuple(item for result in results for item in result.files),
     )
 
 
@@ -228,6 +251,8 @@ class PlannedRemoval:
     path_of: Callable[[str], str]  # a directory name -> its path on ``fs``
     reread: Callable[[], TableInfo]  # the table (or partition) from the metastore now
     log_fields: dict[str, object]
+    # How the files go, by the table as read just before the deletes (auto.purge): Hive's trash semantics.
+    disposal: Callable[[TableInfo], Disposal] | None = None
 
 
 InPool = Callable[
@@ -247,22 +272,29 @@ def remove_all(
     tables overlap); ``after_directory`` runs after each directory (the crash points of rule 5)."""
     removals: dict[int, Removal] = {}
     confirmed: list[PlannedRemoval] = []
+    disposals: dict[int, Disposal | None] = {}
     for item in planned:
         if not item.cleanup.directories:
             removals[id(item)] = Removal((), (), ())  # nothing to delete: no call to confirm the table
             continue
+        seen: list[TableInfo] = []
         try:
-            reason = confirm_table(item.cleanup.table, item.reread)
+            reason = confirm_table(item.cleanup.table, partial(_kept, seen, item.reread))
         except MetastoreError as error:
             removals[id(item)] = metastore_failure(error)
             continue
         if reason is None:
+            try:
+                disposals[id(item)] = None if item.disposal is None else item.disposal(seen[-1])
+            except (StorageError, OSError) as error:  # e.g. a bucket's versioning could not be read
+                removals[id(item)] = Removal((), (), (f"choosing where the files go failed: {error}",))
+                continue
             confirmed.append(item)
         else:
             removals[id(item)] = not_the_same_table(item.cleanup, reason)
 
     def remove(pair: tuple[PlannedRemoval, CheckedDirectory]) -> DirectoryRemoval:
-        result = remove_directory(pair[0].fs, pair[0].path_of(pair[1].name), pair[1])
+        result = remove_directory(pair[0].fs, pair[0].path_of(pair[1].name), pair[1], disposals[id(pair[0])])
         after_directory()
         return result
 
@@ -275,6 +307,13 @@ def remove_all(
     for item in planned:
         log_left(removals[id(item)], **item.log_fields)
     return [removals[id(item)] for item in planned]
+
+
+def _kept(seen: list[TableInfo], reread: Callable[[], TableInfo]) -> TableInfo:
+    """``reread()``, kept in ``seen``: the table as read just before the deletes decides their disposal."""
+    table = reread()
+    seen.append(table)
+    return table
 
 
 def _describe(item: LeftBehind) -> str:

@@ -28,6 +28,7 @@ from acidclean.shared.bus.protocol import EventBus
 from acidclean.shared.bus.records import RawRecord
 from acidclean.shared.metastore import LockInfo, TableInfo
 from acidclean.shared.storage import FileSystem
+from acidclean.shared.storage.trash import TrashPolicy
 
 if TYPE_CHECKING:
     from acidclean.consumers.outcome_batch import PreparedCleanup
@@ -91,6 +92,7 @@ class CleanerTopics:
     cleanup_delay: str
     cleanup_done: str
     dead_letter: str
+    cleanup_ledger: str = "acid.cleanup.ledger"
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ class HandlerConfig:
     bundle_compressed: bool = True  # bundles' members compressed (acidclean.shared.bus.bundle)
     # Parts of the bundle machinery switched off, to measure each against the rest (issue 50, item 2)
     parts_off: frozenset[str] = frozenset()
+    trash: TrashPolicy = field(default_factory=TrashPolicy)  # where removed files go (acidclean.shared.storage.trash)
 
 
 @dataclass

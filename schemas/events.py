@@ -27,6 +27,7 @@ from acidclean.schemas.common import (
     UtcDatetime,
     VacuumedTable,
 )
+from acidclean.schemas.ledger import CleanupLedger, CleanupUndone
 
 DirectoryName = Annotated[str, Field(min_length=1, max_length=1024)]
 
@@ -526,6 +527,8 @@ Event = (
     | VacuumRequested
     | VacuumStarted
     | VacuumFailed
+    | CleanupLedger
+    | CleanupUndone
 )
 EVENT_CLASSES: tuple[type[EventBase], ...] = (
     VacuumCommitted,
@@ -538,6 +541,8 @@ EVENT_CLASSES: tuple[type[EventBase], ...] = (
     VacuumRequested,
     VacuumStarted,
     VacuumFailed,
+    CleanupLedger,
+    CleanupUndone,
 )
 EVENT_CLASS_BY_TYPE: dict[str, type[EventBase]] = {cls.event_type: cls for cls in EVENT_CLASSES}
 # The settings.topics field each event is published to.
@@ -553,4 +558,6 @@ TOPIC_FIELD: dict[type[EventBase], str] = {
     VacuumRequested: "vacuum_requests",
     VacuumStarted: "vacuum_requests",
     VacuumFailed: "vacuum_requests",
+    CleanupLedger: "cleanup_ledger",  # a cleanup's files and their undo, beside the done topic (schemas/ledger.py)
+    CleanupUndone: "cleanup_ledger",
 }

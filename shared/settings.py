@@ -114,6 +114,7 @@ class TopicNames(BaseModel):
     dead_letter: str = "acid.cleanup.dead-letter"
     delta_committed: str = "acid.delta.committed"
     vacuum_requests: str = "acid.vacuum.requests"
+    cleanup_ledger: str = "acid.cleanup.ledger"
 
 
 def _alias(*names: str) -> AliasChoices:
@@ -256,6 +257,25 @@ class Settings(BaseSettings):
         "then advances, so one bad event never stops its partition).",
     )
 
+    cleanup_trash: bool = Field(
+        True,
+        description="Move what a cleanup removes to the trash, as Hive's cleaner does (FileUtils.moveToTrash): on "
+        "HDFS the owner's .Trash/Current with the NameNode's fs.trash.interval, on local storage and unversioned S3 "
+        "under cleanup_trash_root; a table with auto.purge=true, a NameNode without trash, or no trash root delete "
+        "outright (a versioned S3 bucket keeps versions). Off: always delete outright.",
+    )
+    cleanup_trash_root: str = Field(
+        "",
+        description="acidclean's own trash for local storage and unversioned S3, a path on the table's storage "
+        "(e.g. /warehouse/.acidclean-trash, or bucket/.acidclean-trash on S3); empty: delete outright there.",
+    )
+    cleanup_trash_interval_min: int = Field(
+        1440,
+        ge=1,
+        validation_alias=_alias("cleanup_trash_interval_min", "fs.trash.interval"),
+        description="Minutes acidclean's own trash (cleanup_trash_root) keeps what a cleanup removed before the "
+        "cleaner expires it, as Hadoop's fs.trash.interval (HDFS's trash keeps its NameNode's own interval).",
+    )
     vacuum_service_group_id: str = Field(
         "acidclean-vacuum-service",
         description="The consumer group of the vacuum services (each joins <group>.<tenant>), on the vacuum "

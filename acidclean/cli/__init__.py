@@ -175,6 +175,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.acid", "acid_state"),
     ("acidclean.cli.acid", "scan"),
     ("acidclean.cli.audit", "audit"),
+    ("acidclean.cli.undo", "undo"),
     ("acidclean.cli.cleaner", "cleaner"),
     ("acidclean.cli.initiator", "initiator"),
     ("acidclean.cli.producers", "vacuum"),

@@ -69,10 +69,25 @@ def stack() -> None:
     help="Where the warehouse lives: the local disk, a real HDFS (NameNode and DataNode in one local JVM) or "
     "a real S3 API server on 127.0.0.1 (needs --metastore hive3 or hive4).",
 )
-def up(state_dir: Path, flavour: str | None, kafka_port: int | None, metastore_port: int | None, storage: str) -> None:
+@click.option(
+    "--hdfs-trash-interval",
+    "hdfs_trash_interval",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With --storage hdfs: the NameNode's fs.trash.interval in minutes, how long cleanups stay "
+    "restorable from .Trash (0 turns the trash off). [default: 1440]",
+)
+def up(
+    state_dir: Path,
+    flavour: str | None,
+    kafka_port: int | None,
+    metastore_port: int | None,
+    storage: str,
+    hdfs_trash_interval: int | None,
+) -> None:
     """Start the stack (or report the one already running)."""
     flavour = flavour or ("hive3" if storage == "s3" else "hive2")
-    info, started = stack_up(state_dir, flavour, kafka_port, metastore_port, storage)
+    info, started = stack_up(state_dir, flavour, kafka_port, metastore_port, storage, hdfs_trash_interval)
     verb = "started" if started else "already running"
     click.echo(f"stack {verb} in {info.state_dir}")
     click.echo(

@@ -27,6 +27,12 @@ ADVICE: dict[str, tuple[str, str]] = {
         "A partition spelling could not be read or fits more than one partition: give the escaped name as "
         "`SHOW PARTITIONS` prints it.",
     ),
+    "UndoRefusedError": (
+        "1",
+        "`acidclean undo` found no ledger for the cleanup asked for, or only part of it: give the event_id of the "
+        "cleanup's CleanupDone or of its vacuum (`acidclean audit --format json`); a cleanup older than the ledger "
+        "topic's retention, or made before the ledger existed, cannot be undone from the log.",
+    ),
     "StackError": (
         "1",
         "A local-stack service could not be resolved, started, reached or stopped. Read the log the message "

@@ -7,6 +7,8 @@ there is no Kerberos here), and every port but the NameNode's RPC port is chosen
 launcher saw the DataNode register and a client call (hdfs-native listing ``/``) answers; then
 ``/warehouse`` is created, writable by all. The NameNode's audit log (one line per call: ``cmd=rename``,
 ``cmd=delete``...) goes to ``logs/hdfs-audit.log``, so a test can see which calls a client made.
+The trash is on (``fs.trash.interval``, :data:`DEFAULT_TRASH_INTERVAL_MIN` minutes unless told), as
+on a real cluster, so cleanups move files to the owner's ``.Trash`` the way Hive's cleaner does.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from acidclean.shared.errors import StackError
 HERE = Path(__file__).resolve().parent
 LAUNCHER = HERE / "hdfs" / "MiniHdfs.java"
 WAREHOUSE = "/warehouse"
+DEFAULT_TRASH_INTERVAL_MIN = 1440  # Hadoop's fs.trash.interval as clusters commonly set it (one day)
 
 LOG4J_PROPERTIES = """\
 log4j.rootLogger=WARN, out
@@ -88,8 +91,16 @@ def _make_warehouse(uri: str) -> None:
         raise StackError(f"HDFS at {uri} started but {WAREHOUSE} could not be created: {error}") from error
 
 
-def start_hdfs(state_dir: Path, port: int | None = None, timeout_s: float = 120) -> tuple[StartedProcess, str]:
-    """Start HDFS with its data under ``state_dir/hdfs``; returns the process and ``hdfs://127.0.0.1:PORT``."""
+def start_hdfs(
+    state_dir: Path,
+    port: int | None = None,
+    timeout_s: float = 120,
+    trash_interval_min: int = DEFAULT_TRASH_INTERVAL_MIN,
+) -> tuple[StartedProcess, str]:
+    """Start HDFS with its data under ``state_dir/hdfs`` and the NameNode's ``fs.trash.interval`` (minutes;
+    0 turns the trash off); returns the process and ``hdfs://127.0.0.1:PORT``."""
+    if trash_interval_min < 0:
+        raise StackError(f"trash interval {trash_interval_min}: give minutes, 0 or more (0 turns the trash off)")
     if port is not None:
         ensure_port_free(port, "HDFS NameNode")
     port = port or free_port()
@@ -119,6 +130,8 @@ def start_hdfs(state_dir: Path, port: int | None = None, timeout_s: float = 120)
         str(port),
         "--base-dir",
         str(home),
+        "--trash-interval",
+        str(trash_interval_min),
     ]
     process = start_service(
         "HDFS (MiniDFSCluster)",

@@ -212,6 +212,7 @@ def stack_up(
     kafka_port: int | None = None,
     metastore_port: int | None = None,
     storage: str = "local",
+    hdfs_trash_interval_min: int | None = None,
 ) -> tuple[StackInfo, bool]:
     """Start the stack, or return the one already running. The flag says whether it was started now."""
     state_dir = state_dir.resolve()
@@ -232,7 +233,7 @@ def stack_up(
     storage_started: list[StorageService] = []
 
     def storage_then_metastore() -> tuple[StartedProcess, str]:
-        service = start_storage(state_dir, storage, metastore_flavour)
+        service = start_storage(state_dir, storage, metastore_flavour, hdfs_trash_interval_min)
         storage_started.append(service)
         return start_metastore(
             state_dir,

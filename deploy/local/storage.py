@@ -43,15 +43,19 @@ def check_storage(storage: str, metastore_flavour: str) -> None:
         )
 
 
-def start_storage(state_dir: Path, storage: str, metastore_flavour: str) -> StorageService:
-    """Start the storage service of ``storage`` (nothing for ``local``)."""
+def start_storage(
+    state_dir: Path, storage: str, metastore_flavour: str, hdfs_trash_interval_min: int | None = None
+) -> StorageService:
+    """Start the storage service of ``storage`` (nothing for ``local``); HDFS with the NameNode's
+    ``fs.trash.interval`` of ``hdfs_trash_interval_min`` (default: one day; 0: no trash)."""
     check_storage(storage, metastore_flavour)
     if storage == "local":
         return StorageService("local", None)
     if storage == "hdfs":
-        from acidclean.deploy.local.hdfs import start_hdfs
+        from acidclean.deploy.local.hdfs import DEFAULT_TRASH_INTERVAL_MIN, start_hdfs
 
-        process, namenode = start_hdfs(state_dir)
+        interval = DEFAULT_TRASH_INTERVAL_MIN if hdfs_trash_interval_min is None else hdfs_trash_interval_min
+        process, namenode = start_hdfs(state_dir, trash_interval_min=interval)
         return StorageService("hdfs", f"{namenode}/warehouse", namenode, process)
     from acidclean.deploy.local.s3 import s3a_jars, s3a_metastore_settings, start_s3
 

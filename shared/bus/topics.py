@@ -38,6 +38,8 @@ TOPIC_CONFIGS: dict[str, dict[str, str]] = {
     "dead_letter": KEEP_FOREVER,
     "cleanup_delay": {},
     "delta_committed": {},
+    # What each cleanup removed (and undos): kept 30 days, longer than any trash it points into is expected to be.
+    "cleanup_ledger": {"retention.ms": str(30 * 24 * 3600 * 1000)},
     "vacuum_requests": KEEP_FOREVER,
 }
 

@@ -35,6 +35,10 @@ class CatalogCalls(MetastoreConnection):
     def get_all_databases(self) -> list[str]:
         return list(self._call("get_all_databases", lambda c: c.get_all_databases()))
 
+    def database_parameters(self, db: str) -> dict[str, str]:
+        """The database's parameters (``repl.source.for`` among them)."""
+        return dict(self._call(f"get_database({db})", lambda c: c.get_database(db)).parameters or {})
+
     def get_all_tables(self, db: str) -> list[str]:
         return list(self._call(f"get_all_tables({db})", lambda c: c.get_all_tables(db)))
 

@@ -66,6 +66,7 @@ S3_SCHEMES = ("s3", "s3a", "s3n")
 DEFAULT_DELETE_PAGE_SIZE = 250
 MAX_DELETE_PAGE_SIZE = 1000  # S3's limit on the keys of one DeleteObjects request
 DEFAULT_DELETE_ATTEMPTS = 7
+VERSIONING_REUSE_S = 600.0  # how long a bucket's versioning status is taken as known (the trash's choice)
 LISTING_REUSE_S = 30.0  # how long a directory's listing answers sizes and deletes of its children
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
@@ -244,6 +245,7 @@ class S3FileSystem(ArrowFileSystem):
         # from the listing of its check instead of one more listing per directory each.
         self._listed: dict[str, tuple[float, dict[str, list[tuple[str, int]]]]] = {}
         self._listed_lock = threading.Lock()
+        self._versioned: dict[str, tuple[float, bool]] = {}  # bucket -> (when asked, versioning Enabled)
 
     def _s3(self) -> Any:
         """The boto3 client, made on first use (boto3 clients are thread-safe; making one is not)."""
@@ -363,6 +365,85 @@ class S3FileSystem(ArrowFileSystem):
         for page in delete_pages(keys, self.options.delete_page_size):
             self._delete_page(bucket, path, page)
         return True
+
+    # --- the trash and undo (acidclean.shared.storage.trash, acidclean.consumers.undo) -------------
+
+    def versioned(self, path: str) -> bool:
+        """Whether the bucket of ``path`` keeps versions (its versioning is Enabled)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket = path.strip("/").partition("/")[0]
+        known = self._versioned.get(bucket)
+        if known is not None and time.monotonic() - known[0] < VERSIONING_REUSE_S:
+            return known[1]
+        try:
+            status = str(self._s3().get_bucket_versioning(Bucket=bucket).get("Status", ""))
+        except (BotoCoreError, ClientError) as error:
+            raise StorageError(f"cannot read the versioning of bucket {bucket}: {error}") from error
+        enabled = status == "Enabled"
+        self._versioned[bucket] = (time.monotonic(), enabled)
+        return enabled
+
+    def current_versions(self, path: str) -> dict[str, str]:
+        """The version id of each object under ``path/`` now (relative name -> id), one paged listing."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        bucket, _, prefix = path.strip("/").partition("/")
+        prefix = prefix + "/" if prefix else ""
+        versions: dict[str, str] = {}
+        try:
+            for page in self._s3().get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+                for item in page.get("Versions", ()):
+                    if item.get("IsLatest") and not str(item["Key"]).endswith("/"):
+                        versions[str(item["Key"])[len(prefix) :]] = str(item["VersionId"])
+        except (BotoCoreError, ClientError) as error:
+            raise StorageError(f"cannot list the versions under s3://{bucket}/{prefix}: {error}") from error
+        return versions
+
+    def move_file(self, source: str, target: str) -> None:
+        """Copy one object to ``target`` (refused when ``target`` exists), then delete the original: a
+        file is whole at its new key before it leaves its old one."""
+        bucket, _, key = source.strip("/").partition("/")
+        target_bucket, _, target_key = target.strip("/").partition("/")
+        self._copy(bucket, key, target_bucket, target_key, None)
+        self.delete_files(f"{bucket}", [key])
+
+    def has_version(self, path: str, version_id: str) -> bool:
+        """Whether version ``version_id`` of the object at ``path`` is still kept."""
+        from botocore.exceptions import ClientError
+
+        bucket, _, key = path.strip("/").partition("/")
+        try:
+            self._s3().head_object(Bucket=bucket, Key=key, VersionId=version_id)
+        except ClientError as error:
+            status = str(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", ""))
+            if status in ("404", "400", "405"):
+                return False
+            raise StorageError(f"cannot read version {version_id} of s3://{bucket}/{key}: {error}") from error
+        return True
+
+    def restore_version(self, path: str, version_id: str) -> None:
+        """Make version ``version_id`` the current object at ``path`` again (a copy of it), only when no
+        object is there now."""
+        bucket, _, key = path.strip("/").partition("/")
+        self._copy(bucket, key, bucket, key, version_id)
+
+    def _copy(self, bucket: str, key: str, target_bucket: str, target_key: str, version_id: str | None) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if self.exists(f"{target_bucket}/{target_key}"):
+            raise StorageError(
+                f"cannot copy to s3://{target_bucket}/{target_key}: an object is there; never overwritten"
+            )
+        source: dict[str, str] = {"Bucket": bucket, "Key": key}
+        if version_id is not None:
+            source["VersionId"] = version_id
+        try:
+            self._s3().copy_object(Bucket=target_bucket, Key=target_key, CopySource=source)
+        except (BotoCoreError, ClientError) as error:
+            raise StorageError(
+                f"cannot copy s3://{bucket}/{key} to s3://{target_bucket}/{target_key}: {error}"
+            ) from error
 
     def _list_keys(self, bucket: str, prefix: str) -> list[str]:
         return [key for key, _ in self._list_objects(bucket, prefix)]

@@ -24,10 +24,12 @@ public class MiniHdfs {
     public static void main(String[] args) throws Exception {
         int port = -1;
         File baseDir = null;
+        long trashIntervalMinutes = 1440;
         for (int i = 0; i + 1 < args.length; i += 2) {
             switch (args[i]) {
                 case "--port" -> port = Integer.parseInt(args[i + 1]);
                 case "--base-dir" -> baseDir = new File(args[i + 1]).getAbsoluteFile();
+                case "--trash-interval" -> trashIntervalMinutes = Long.parseLong(args[i + 1]);
                 default -> usage("unknown option " + args[i]);
             }
         }
@@ -56,6 +58,9 @@ public class MiniHdfs {
         conf.set("dfs.datanode.hostname", "127.0.0.1");
         // Leave safe mode as soon as the namespace is loaded: one DataNode holds every block.
         conf.setInt("dfs.namenode.safemode.extension", 0);
+        // The trash on, as on a real cluster: clients (hdfs-native's trash() among them) read the
+        // NameNode's own fs.trash.interval from its server defaults, whatever their configuration says.
+        conf.setLong("fs.trash.interval", trashIntervalMinutes);
 
         MiniDFSCluster cluster = new MiniDFSCluster.Builder(conf, baseDir)
             .nameNodePort(port)
@@ -92,7 +97,7 @@ public class MiniHdfs {
     }
 
     private static void usage(String problem) {
-        System.err.println("MiniHdfs: " + problem + "\nusage: MiniHdfs --port PORT --base-dir DIR");
+        System.err.println("MiniHdfs: " + problem + "\nusage: MiniHdfs --port PORT --base-dir DIR [--trash-interval MINUTES]");
         System.exit(2);
     }
 }

@@ -70,9 +70,14 @@ def test_a_batch_of_tables_asks_the_metastore_once_and_waits_for_two_acknowledge
     assert all(sorted(item.name for item in done.directories_removed) == SINGLES for done in dones(rig))
     assert rig.metastore.calls["show_locks"] == 1  # one unfiltered call answers all ten tables
     assert rig.metastore.calls["valid_txn_list"] <= 1
-    # Every CleanupStarted in one publish, acknowledged before the first delete; every CleanupDone in another.
-    assert [set(call) for call in bus.calls] == [{"acidclean.cleanup.started"}, {"acidclean.cleanup.done"}]
-    assert len(bus.calls[0]) == len(bus.calls[1]) == 10
+    # Every CleanupStarted in one publish, acknowledged before the first delete; every CleanupDone in
+    # another, each after its ledger (one chunk per cleanup here: what it removed and where it went).
+    assert [set(call) for call in bus.calls] == [
+        {"acidclean.cleanup.started"},
+        {"acidclean.cleanup.ledger", "acidclean.cleanup.done"},
+    ]
+    assert len(bus.calls[0]) == 10 and len(bus.calls[1]) == 20
+    assert bus.calls[1].count("acidclean.cleanup.ledger") == bus.calls[1].count("acidclean.cleanup.done") == 10
     assert consumer.committed[(V, 0)] == 5 and consumer.committed[(V, 1)] == 5
 
 
@@ -117,7 +122,9 @@ def test_deleted_but_unacknowledged_outcomes_commit_no_offset_and_the_retry_repo
     for event in events:
         consumer.append(V, 0, event)
     inner = rig.bus.publish_many
-    failures = iter([False, True, True, True, True])  # announcements acknowledged, no outcome (batch, each)
+    # Announcements acknowledged, then no outcome: the batch, and each of its six records alone (three
+    # CleanupDone, each after its ledger record).
+    failures = iter([False, True, True, True, True, True, True, True])
 
     def publish_many(items: Any) -> Any:
         if next(failures, False):

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from acidclean.schemas.common import LockSnapshotEntry
+from acidclean.schemas.common import LockSnapshotEntry, derived_event_id
 from acidclean.schemas.events import (
     CleanupDone,
     CleanupRejected,
@@ -27,6 +27,7 @@ from acidclean.schemas.events import (
     VacuumThresholds,
     WaitingVacuum,
 )
+from acidclean.schemas.ledger import CleanupLedger, CleanupUndone
 
 T0 = datetime(2025, 3, 14, 9, 0, 0, tzinfo=timezone.utc)
 
@@ -251,6 +252,40 @@ def vacuum_failed(of: VacuumRequested, **changes: Any) -> VacuumFailed:
     return VacuumFailed(**fields)
 
 
+def ledger(of: VacuumCommitted, **changes: Any) -> CleanupLedger:
+    """The one-chunk ledger of ``of``'s cleanup: two files moved to the HDFS trash."""
+    from acidclean.consumers.ledger import ledger_records
+    from acidclean.consumers.remover import RemovedFile
+
+    path = "/" + of.location.split("://", 1)[-1].split("/", 1)[-1]
+    trash = f"/user/hive/.Trash/Current{path}"
+    files = [
+        RemovedFile(name, "bucket_00000", 100, "mtime_ns=1", f"trash:{trash}/{name}/bucket_00000")
+        for name in of.obsolete_directories
+    ]
+    [record] = ledger_records(
+        done(of, event_id=derived_event_id(of.event_id, "cleanup-done")), of.location, path, None, files
+    )
+    return record.model_copy(update=changes)
+
+
+def undone(of: VacuumCommitted, **changes: Any) -> CleanupUndone:
+    fields: dict[str, Any] = {
+        "tenant": of.tenant,
+        "table": of.table,
+        "partition": of.partition,
+        "occurred_at": of.occurred_at + timedelta(hours=1),
+        "correlation_id": of.event_id,
+        "cleanup_id": derived_event_id(of.event_id, "cleanup-done"),
+        "restored_files": 2,
+        "restored_bytes": 200,
+        "refused_files": 0,
+        "undone_by": "ops@host",
+    }
+    fields.update(changes)
+    return CleanupUndone(**fields)
+
+
 def one_of_each() -> list[Any]:
     """One valid event of every type, linked as one vacuum's history."""
     r = requested()
@@ -268,4 +303,6 @@ def one_of_each() -> list[Any]:
         delta(),
         rejected(None, event_id=uuid.uuid4()),
         vacuum_failed(requested()),
+        ledger(v),
+        undone(v),
     ]

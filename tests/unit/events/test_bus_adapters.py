@@ -346,11 +346,13 @@ def test_topics_take_the_prefix_partitions_and_replication_and_audit_topics_keep
         "acme.acid.cleanup.dead-letter",
         "acme.acid.delta.committed",
         "acme.acid.vacuum.requests",
+        "acme.acid.cleanup.ledger",
     }
     assert {(s.partitions, s.replication_factor) for s in specs.values()} == {(3, 2)}
     assert specs["acme.acid.cleanup.done"].config == {"retention.ms": "-1"}
     assert specs["acme.acid.cleanup.delay"].config == {}
     assert specs["acme.acid.vacuum.requests"].config == {"retention.ms": "-1"}
+    assert specs["acme.acid.cleanup.ledger"].config == {"retention.ms": str(30 * 24 * 3600 * 1000)}
     assert [s.name for s in topic_specs(settings, ["dead_letter"])] == ["acme.acid.cleanup.dead-letter"]
 
 
