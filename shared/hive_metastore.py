@@ -143,6 +143,11 @@ class HiveMetastore:
                     raise MetastoreError(f"metastore refused {what}: {message}") from error
         raise AssertionError("unreachable")
 
+    def call(self, what: str, operation: Callable[[Any], T]) -> T:
+        """``operation`` on the shared connection, with its reconnect and errors: for the bindings of the
+        calls the Hive 3.0 IDL lacks (:mod:`acidclean.shared.hive4_queue`)."""
+        return self._call(what, operation)
+
     def _endpoints_text(self) -> str:
         return ", ".join(f"thrift://{host}:{port}" for host, port in self._endpoints)
 
