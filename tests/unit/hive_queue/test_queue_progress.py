@@ -8,6 +8,7 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
+from events.factories import done, vacuum
 
 from acidclean.producers.hive_queue.progress import QueueLog, Step, next_steps, request_id_of
 from acidclean.schemas.events import (
@@ -18,7 +19,6 @@ from acidclean.schemas.events import (
     VacuumRequested,
     VacuumThresholds,
 )
-from events.factories import done, vacuum
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
