@@ -327,7 +327,7 @@ def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo) -> None:
     or ready for cleaning: both would write a compacted directory of the same range (two of one range
     is HIVE-29210's duplicate case), and Hive's Cleaner may remove the inputs this vacuum is reading."""
     for compaction in metastore.compactions(info.db, info.table, info.partition):
-        if not compaction.active:
+        if not compaction.active or compaction.taken_by_acidclean:  # an entry acidclean serves: this vacuum's
             continue
         where = f"{compaction.db}.{compaction.table}"
         where += f" partition {compaction.partition}" if compaction.partition else ""

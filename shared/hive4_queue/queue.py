@@ -20,6 +20,7 @@ from acidclean.shared.errors import MetastoreError
 from acidclean.shared.hive4_queue.generated import ThriftHiveMetastore as _service
 from acidclean.shared.hive4_queue.generated import ttypes as _ttypes
 from acidclean.shared.hive_metastore import HiveMetastore
+from acidclean.shared.metastore import ACIDCLEAN_WORKER_PREFIX
 
 T = TypeVar("T")
 # The generated bindings are untyped (thrift-compiler writes no annotations).
@@ -28,7 +29,7 @@ ThriftHiveMetastore: Any = _service
 
 # Hive's worker ids are "host-thread"; a metastore restarting on a host hands that host's entries back
 # (revokeFromLocalWorkers: CQ_WORKER_ID LIKE 'host%'). acidclean's never start with a host name.
-WORKER_PREFIX = "acidclean"
+WORKER_PREFIX = ACIDCLEAN_WORKER_PREFIX
 COMPACTION_TYPES = {1: "MINOR", 2: "MAJOR", 3: "REBALANCE", 4: "ABORT_TXN_CLEANUP"}
 
 
@@ -63,11 +64,6 @@ class QueueRequest:
     state: str
     accepted: bool
     message: str | None = None
-
-
-def is_acidclean_worker(worker_id: str | None) -> bool:
-    """Whether a queue entry's worker id is one acidclean takes entries with."""
-    return (worker_id or "").startswith(WORKER_PREFIX)
 
 
 class HiveCompactionQueue:
