@@ -48,7 +48,7 @@ def hive_queue(
     name: str | None,
     log_level: str,
 ) -> None:
-    """Serve Hive 4's compaction queue: ALTER TABLE ... COMPACT requests become vacuums.
+    """Serve Hive 4's compaction queue as its worker.
 
     Each initiated entry of the pool is taken as Hive's Worker takes one (find_next_compact2, so Hive's
     Worker never holds the same entry) and published as a VacuumRequested carrying its Hive compaction

@@ -10,6 +10,7 @@ serves that pool, so the session metastore's other queue entries (other tests') 
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,11 @@ from typing import Any
 
 import pytest
 from cleaner_support import running_cleaner
+from click.testing import CliRunner
 from producers_support import DB, directories, new_table, write
-from vacuum_service_support import of_type, running_service, topic_events, wait_for
+from vacuum_service_support import of_type, running_service, settings_environment, topic_events, wait_for
 
+from acidclean.cli import main as cli
 from acidclean.producers.hive_queue.bridge import HiveQueueBridge
 from acidclean.producers.hive_queue.progress import request_id_of
 from acidclean.schemas.events import CleanupDone, VacuumCommitted, VacuumFailed, VacuumRequested
@@ -116,6 +119,20 @@ def test_alter_table_compact_is_one_acidclean_vacuum_and_cleanup_that_show_compa
     assert done.state == "succeeded"
     assert served.run_once().moved == []  # history is left alone
     assert len(requests_of(table_settings, asked.compaction_id)) == 1
+
+    # acidclean audit, asked by the Hive compaction id, shows that vacuum and only it.
+    audited = CliRunner().invoke(
+        cli,
+        ["audit", "--hive-compaction", str(asked.compaction_id), "--format", "json"],
+        env=settings_environment(table_settings),
+    )
+    assert audited.exit_code == 0, audited.output
+    [row] = json.loads(audited.stdout)
+    assert (row["vacuum_id"], row["state"], row["hive_compaction_id"]) == (
+        str(vacuum.event_id),
+        "cleaned",
+        asked.compaction_id,
+    )
 
 
 def test_a_failed_vacuum_shows_as_failed_with_its_message(
