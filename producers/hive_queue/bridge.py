@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from acidclean import __version__
+from acidclean.producers.hive_queue.own_requests import entered_request
 from acidclean.producers.hive_queue.progress import QueueLog, Step, next_steps, request_id_of
 from acidclean.schemas.common import EventBase, utc_now
 from acidclean.schemas.events import (
@@ -141,6 +142,10 @@ class HiveQueueBridge:
         except TableNotFoundError as error:
             self.queue.mark_failed(entry, f"acidclean table_gone: {error}")
             return
+        entered = entered_request(entry)  # by acidclean's own initiator
+        if entered is not None:
+            self._publish(entered, entry)
+            return
         # The time the entry was taken, the same in every copy of the request (the vacuum service looks
         # for an earlier answer from there).
         taken_ms = entry.started_at_ms or _now_ms()
@@ -165,6 +170,9 @@ class HiveQueueBridge:
             requested_at=requested_at,
             hive_compaction_id=entry.compaction_id,
         )
+        self._publish(request, entry)
+
+    def _publish(self, request: VacuumRequested, entry: QueueEntry) -> None:
         self.bus.publish(self.settings.topic("vacuum_requests"), request)
         log_fields(
             LOGGER,

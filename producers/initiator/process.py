@@ -35,6 +35,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from acidclean.producers.hive_queue.own_requests import enter_in_hive_queue
 from acidclean.producers.initiator.core import InitiatorCore
 from acidclean.producers.initiator.rules import (
     Decision,
@@ -73,6 +74,7 @@ from acidclean.shared.errors import (
     MetastoreError,
     TableNotFoundError,
 )
+from acidclean.shared.hive4_queue.queue import HiveCompactionQueue
 from acidclean.shared.hive_metastore import HiveMetastore
 from acidclean.shared.logs import log as log_fields
 from acidclean.shared.metastore import TableInfo, split_table_name
@@ -516,7 +518,14 @@ class InitiatorProcess:
             ),
             requested_at=now,
         )
-        self.bus.publish(self._topic["vacuum_requests"], request)  # returns once acknowledged
+        if self.settings.hive_queue_initiator_requests:  # acidclean hive-queue publishes it (issue 53)
+            pool = self.settings.hive_queue_pool
+            entered = self._call("compact2", lambda m: enter_in_hive_queue(HiveCompactionQueue(m), request, pool))
+            if entered is None:
+                return  # Hive's queue holds an entry of this key: it serves it
+            request = entered
+        else:
+            self.bus.publish(self._topic["vacuum_requests"], request)  # returns once acknowledged
         self.core.observe_lifecycle(request)
         self.metrics.requests.labels(trigger, decision.compaction_type).inc()
         first = self._first_seen.get(key)

@@ -53,6 +53,8 @@ class QueueEntry:
     enqueued_at_ms: int | None = None  # when it was requested
     error_message: str | None = None
     pool: str | None = None
+    properties: tuple[tuple[str, str], ...] = ()  # what compact2 carried (find_next_compact2 gives it)
+    initiator_id: str | None = None  # who entered it (Hive 4's show_compact says)
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,7 @@ class HiveCompactionQueue:
         initiator_id: str | None = None,
         initiator_version: str | None = None,
         pool: str | None = None,
+        properties: dict[str, str] | None = None,
     ) -> QueueRequest:
         """Enter a request as ``ALTER TABLE ... COMPACT`` does (``compact2``)."""
         request = ttypes.CompactionRequest(
@@ -141,6 +144,7 @@ class HiveCompactionQueue:
             initiatorId=initiator_id,
             initiatorVersion=initiator_version,
             poolName=pool,
+            properties=properties,
         )
         answer = self._client(f"compact2({db}.{table})", lambda c: c.compact2(request))
         return QueueRequest(int(answer.id), str(answer.state), bool(answer.accepted), answer.errormessage)
@@ -176,6 +180,7 @@ def _entry_of_struct(struct: Any, worker_id: str | None = None) -> QueueEntry:
         enqueued_at_ms=struct.enqueueTime or None,
         error_message=struct.errorMessage,
         pool=struct.poolname,
+        properties=tuple(stringable_map(struct.properties or "").items()),
     )
 
 
@@ -193,7 +198,31 @@ def _entry_of_element(element: Any) -> QueueEntry:
         enqueued_at_ms=element.enqueueTime,
         error_message=element.errorMessage,
         pool=element.poolName,
+        initiator_id=element.initiatorId,
     )
+
+
+def stringable_map(text: str) -> dict[str, str]:
+    """Hive's ``StringableMap`` text (``CompactionInfoStruct.properties``): the entry count, then each key
+    and value as ``<length>:<characters>``, e.g. ``1:3:key5:value``; a length of -1 is a null value."""
+    if not text:
+        return {}
+    count_text, rest = text.split(":", 1)
+    found: dict[str, str] = {}
+    for _ in range(int(count_text)):
+        key, rest = _counted(rest)
+        value, rest = _counted(rest)
+        if key is not None and value is not None:
+            found[key] = value
+    return found
+
+
+def _counted(text: str) -> tuple[str | None, str]:
+    if text.startswith("-1"):  # a null
+        return None, text[3:] if text.startswith("-1:") else text[2:]
+    length_text, rest = text.split(":", 1)
+    length = int(length_text)
+    return rest[:length], rest[length:]
 
 
 # CompactionInfoStruct.state carries the queue's one-letter code.

@@ -19,6 +19,7 @@ from acidclean.schemas.events import (
     VacuumRequested,
     VacuumThresholds,
 )
+from acidclean.shared.hive4_queue.queue import stringable_map
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -119,3 +120,13 @@ def test_a_cleanup_of_another_vacuum_does_not_move_the_entry() -> None:
     progress = QueueLog().fold([asked, other, done(other)]).by_compaction[42]
     assert (progress.vacuum_id, progress.cleaned) == (None, False)
     assert isinstance(done(other), CleanupDone)
+
+
+def test_hives_stringable_map_is_read_as_hive_writes_it() -> None:
+    """``CompactionInfoStruct.properties`` as Hive 4.0.1 sent it for a compact2 with two properties."""
+    text = "2:16:acidclean.reason20:12 deltas >= 10: x=y17:acidclean.trigger5:sweep"
+    assert stringable_map(text) == {"acidclean.reason": "12 deltas >= 10: x=y", "acidclean.trigger": "sweep"}
+    assert stringable_map("") == {}
+    assert stringable_map("1:1:k-1") == {}  # a null value
+    value = '{"a": "1:2:3"}'
+    assert stringable_map(f"1:3:key{len(value)}:{value}") == {"key": value}
