@@ -121,6 +121,10 @@ class HiveQueueBridge:
                     self._publish_request(entry)  # taken, then the publish was lost: it is made now
                     report.republished.append(entry.compaction_id)
                     continue
+                if entry.state == "working" and not (entry.worker_id or "").startswith(WORKER_PREFIX):
+                    # Handed back and retaken by Hive's Worker (revokeTimedoutWorkers, after
+                    # hive.compactor.worker.timeout): Hive's now, whatever acidclean's vacuum did.
+                    continue
                 for step in next_steps(progress, entry.state):
                     self._apply(entry, step)
                     report.moved.append((entry.compaction_id, step.name))
