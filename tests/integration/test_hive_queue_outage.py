@@ -12,63 +12,31 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cleaner_support import TENANT, running_cleaner
+from private_metastore import PrivateMetastore
 from producers_support import DB, directories, make_settings, new_table, write
 from vacuum_service_support import of_type, running_service, topic_events, wait_for
 
-import acidclean.deploy.local.metastore as local_metastore
-from acidclean.deploy.local.process import free_port, stop_process
 from acidclean.producers.hive_queue.bridge import HiveQueueBridge
 from acidclean.schemas.events import CleanupDone, VacuumCommitted, VacuumRequested
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.topics import ensure_topics
-from acidclean.shared.errors import StackError
 from acidclean.shared.hive4_queue.queue import HiveCompactionQueue
 from acidclean.shared.hive_metastore import HiveMetastore
 
 pytestmark = [pytest.mark.integration, pytest.mark.metastore]
 
 
-def _port_free_for_a_server(port: int, service: str) -> None:
-    """As the cleaner's outage test: the JVM binds with SO_REUSEADDR, so check the same way."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError as error:
-            raise StackError(f"{service}: port {port} is taken ({error.strerror})") from error
-
-
-class PrivateHive4:
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.port = free_port()
-        self.uri = f"thrift://127.0.0.1:{self.port}"
-        self.pid: int | None = None
-
-    def start(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(local_metastore, "ensure_port_free", _port_free_for_a_server)
-        process, uri = local_metastore.start_metastore(self.state_dir, "hive4", port=self.port)
-        assert uri == self.uri
-        self.pid = process.pid
-
-    def stop(self) -> None:
-        if self.pid is not None:
-            stop_process(self.pid, "private Hive Metastore")
-            self.pid = None
-
-
 @pytest.fixture
-def private_hive4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateHive4]:
+def private_hive4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PrivateMetastore]:
     if os.environ.get("ACIDCLEAN_TEST_METASTORE") != "hive4":
         pytest.skip("Hive's worker calls are Hive 4's: run with ACIDCLEAN_TEST_METASTORE=hive4")
-    metastore = PrivateHive4(tmp_path / "metastore-state")
+    metastore = PrivateMetastore(tmp_path / "metastore-state", "hive4")
     metastore.start(monkeypatch)
     try:
         yield metastore
@@ -77,7 +45,7 @@ def private_hive4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
 
 
 def test_a_metastore_outage_delays_the_queue_update_and_the_next_round_after_it_catches_up(
-    private_hive4: PrivateHive4,
+    private_hive4: PrivateMetastore,
     tmp_path: Path,
     kafka_bootstrap: str,
     spark: Any,
