@@ -136,6 +136,15 @@ lint: install docs-check
 	$(BIN)/lint-imports
 	$(BIN)/hadolint deploy/docker/cleaner.Dockerfile deploy/docker/vacuum.Dockerfile
 
+# The Python bindings of Hive 4's compaction-queue calls (generated code, committed; exempt from the size
+# limits), from the IDL subset beside them. Needs Debian's thrift-compiler (apt-get install thrift-compiler).
+.PHONY: hive4-thrift
+hive4-thrift:
+	out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT \
+	  && thrift --gen py -out "$$out" shared/hive4_queue/hive4_compaction_queue.thrift \
+	  && rm -rf shared/hive4_queue/generated && rm "$$out/generated/ThriftHiveMetastore-remote" \
+	  && mv "$$out/generated" shared/hive4_queue/generated
+
 stack-down:
 	$(BIN)/acidclean stack down
 

@@ -203,6 +203,7 @@ class History:
             request_id=request_id,
             requested_at=requested.requested_at if requested else None,
             vacuum_service_id=running.vacuum_service_id if running else None,
+            hive_compaction_id=requested.hive_compaction_id if requested else None,
         )
 
 

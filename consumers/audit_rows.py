@@ -41,6 +41,7 @@ class AuditRow:
     request_id: str | None = None
     requested_at: datetime | None = None
     vacuum_service_id: str | None = None
+    hive_compaction_id: int | None = None  # the entry of Hive's compaction queue it served
 
     def to_json(self) -> dict[str, Any]:
         """The row as JSON-ready values (ISO 8601 times), for ``audit --format json``."""
@@ -66,6 +67,7 @@ class AuditRow:
             "request_id": self.request_id,
             "requested_at": _iso(self.requested_at),
             "vacuum_service_id": self.vacuum_service_id,
+            "hive_compaction_id": self.hive_compaction_id,
         }
 
 

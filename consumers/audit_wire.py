@@ -372,7 +372,7 @@ class WireVacuumThresholds(_Strict, frozen=True):
 
 class WireRequestedBy(_Strict, frozen=True):
     initiator_id: NonEmpty
-    trigger: Literal["event", "sweep"]
+    trigger: Literal["event", "sweep", "hive_queue"]
 
 
 class WireVacuumRequested(_WireEvent, kw_only=True, frozen=True):
@@ -386,6 +386,7 @@ class WireVacuumRequested(_WireEvent, kw_only=True, frozen=True):
     thresholds: WireVacuumThresholds
     requested_by: WireRequestedBy
     requested_at: Moment
+    hive_compaction_id: Positive | None = None
 
     def ids(self) -> str:
         return self.event_id + (self.causation_id or "")  # correlation_id must equal it

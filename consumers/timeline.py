@@ -95,7 +95,10 @@ def build_timeline(events: Iterable[TimelineEvent], table: str, partition: str |
         if isinstance(event, CleanupStarted):
             continue  # counted when its CleanupDone arrives
         if isinstance(event, VacuumRequested):
-            marks.append(Mark(event.occurred_at, "requested", f"{event.compaction_type.lower()} vacuum requested"))
+            by_hive = f" (Hive compaction {event.hive_compaction_id})" if event.hive_compaction_id else ""
+            marks.append(
+                Mark(event.occurred_at, "requested", f"{event.compaction_type.lower()} vacuum requested{by_hive}")
+            )
             continue  # requests and runs change no directory: a mark, no point
         if isinstance(event, VacuumStarted):
             marks.append(Mark(event.started_at, "running", f"vacuum running on {event.vacuum_service_id}"))

@@ -358,7 +358,7 @@ def refuse_while_hive_compacts(metastore: Metastore, info: TableInfo, sharers: S
             names.append((db, table, sharer.partition))
     for db, table, partition in names:
         for compaction in metastore.compactions(db, table, partition):
-            if not compaction.active:
+            if not compaction.active or compaction.taken_by_acidclean:  # an entry acidclean serves
                 continue
             where = f"{compaction.db}.{compaction.table}"
             where += f" partition {compaction.partition}" if compaction.partition else ""

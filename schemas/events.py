@@ -450,7 +450,9 @@ class RequestedBy(StrictModel):
     """Which initiator made the request, and what triggered it."""
 
     initiator_id: NonEmpty = Field(description="The initiator process.")
-    trigger: Literal["event", "sweep"] = Field(description="A DeltaCommitted event, or the metastore sweep.")
+    trigger: Literal["event", "sweep", "hive_queue"] = Field(
+        description="A DeltaCommitted event, the metastore sweep, or a request in Hive's compaction queue."
+    )
 
 
 class VacuumRequested(EventBase):
@@ -477,6 +479,9 @@ class VacuumRequested(EventBase):
     thresholds: VacuumThresholds
     requested_by: RequestedBy
     requested_at: UtcDatetime = Field(description="When the request was made, UTC.")
+    hive_compaction_id: int | None = Field(
+        default=None, ge=1, description="The entry of Hive's compaction queue (show_compact id) this request serves."
+    )
 
     @model_validator(mode="after")
     def _correlation_is_own_id(self) -> VacuumRequested:

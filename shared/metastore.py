@@ -96,6 +96,8 @@ class TableInfo:
 # The states of Hive's compaction queue in which a compaction still writes or is still to be cleaned
 # (``SHOW COMPACTIONS`` prints them so; Hive 2 and 3 have the same three).
 ACTIVE_COMPACTION_STATES = ("initiated", "working", "ready for cleaning")
+# The worker ids acidclean takes Hive queue entries under start with it; Hive's are "host-thread".
+ACIDCLEAN_WORKER_PREFIX = "acidclean"
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,11 @@ class CompactionInfo:
     def active(self) -> bool:
         """Hive's compactor is writing this compaction or has still to clean up after it."""
         return self.state in ACTIVE_COMPACTION_STATES
+
+    @property
+    def taken_by_acidclean(self) -> bool:
+        """acidclean took this entry of Hive's queue (``acidclean hive-queue``): its vacuum, not Hive's."""
+        return (self.worker_id or "").startswith(ACIDCLEAN_WORKER_PREFIX)
 
 
 @dataclass(frozen=True)

@@ -335,6 +335,19 @@ class Settings(BaseSettings):
     initiator_table_cache_s: Seconds = Field(
         300.0, ge=0, description="How long the initiator reuses a table's metastore parameters (TBLPROPERTIES)."
     )
+    hive_queue_pool: str | None = Field(
+        None,
+        description="The pool of Hive's compaction queue acidclean hive-queue serves (ALTER TABLE ... COMPACT "
+        "'major' POOL 'name'); unset: the default pool, which Hive's own Worker serves too.",
+    )
+    hive_queue_initiator_requests: bool = Field(
+        False,
+        description="The initiator enters its requests in Hive's compaction queue (compact2, in hive_queue_pool) "
+        "for acidclean hive-queue to publish, so SHOW COMPACTIONS lists them; needs acidclean hive-queue running.",
+    )
+    hive_queue_poll_interval_s: Seconds = Field(
+        5.0, gt=0, description="How often acidclean hive-queue reads Hive's compaction queue and the event log."
+    )
 
     @classmethod
     def settings_customise_sources(

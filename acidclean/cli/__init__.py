@@ -178,6 +178,7 @@ COMMANDS: tuple[tuple[str, str], ...] = (
     ("acidclean.cli.undo", "undo"),
     ("acidclean.cli.cleaner", "cleaner"),
     ("acidclean.cli.initiator", "initiator"),
+    ("acidclean.cli.hive_queue", "hive_queue"),
     ("acidclean.cli.producers", "vacuum"),
     ("acidclean.cli.producers", "create_table"),
     ("acidclean.cli.producers", "ingest"),

@@ -93,7 +93,7 @@ def table_cells(row: AuditRow) -> tuple[str, ...]:
     return (
         row.table or "?",
         row.partition or "-",
-        row.compaction_type or "?",
+        (row.compaction_type or "?") + (f" hive#{row.hive_compaction_id}" if row.hive_compaction_id else ""),
         _time(row.requested_at),
         _time(row.vacuum_time),
         _names(row.new_directories),
@@ -138,11 +138,18 @@ def render_json(rows: Sequence[AuditRow]) -> str:
         "acidclean audit sales.orders --since 2h --format json",
         "acidclean audit demo.clicks --plot clicks.png",
         "acidclean audit --validate",
+        "acidclean audit --hive-compaction 42",
     )
 )
 @click.argument("table", required=False, metavar="[DB.TABLE]", callback=table_name)
 @click.option("--partition", help="Only this partition, as k=v/k2=v2 (escaped or with the values as they are).")
 @click.option("--since", "since_text", metavar="TIME", help="Only vacuums since TIME (ISO 8601, or an age: 2h, 7d).")
+@click.option(
+    "--hive-compaction",
+    "hive_compaction_id",
+    type=click.IntRange(min=1),
+    help="Only the vacuum that served this entry of Hive's compaction queue (the id SHOW COMPACTIONS prints).",
+)
 @click.option("--format", "output_format", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option(
     "--plot",
@@ -168,6 +175,7 @@ def audit(
     table: str | None,
     partition: str | None,
     since_text: str | None,
+    hive_compaction_id: int | None,
     output_format: str,
     plot_file: Path | None,
     validate: bool,
@@ -187,6 +195,8 @@ def audit(
     since = parse_since(since_text, utc_now()) if since_text else None
     settings = command_settings(config_file)
     rows, reader = read_audit(settings, table=table, partition=partition, since=since, validate=validate)
+    if hive_compaction_id is not None:
+        rows = [row for row in rows if row.hive_compaction_id == hive_compaction_id]
     for topic in reader.missing_topics:
         click.echo(f"note: topic {topic} does not exist (yet); read as empty", err=True)
     click.echo(render_json(rows) if output_format == "json" else render_table(rows))

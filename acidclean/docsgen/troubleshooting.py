@@ -53,6 +53,12 @@ ADVICE: dict[str, tuple[str, str]] = {
         "1",
         "The metastore has no such database, table or partition: check the name (`DB.TABLE`, `--partition`).",
     ),
+    "QueueCallsMissingError": (
+        "1",
+        "The metastore lacks Hive 4's compaction-queue worker calls (`find_next_compact2`, `mark_compacted`, ...): "
+        "Hive 2 and 3 have only `compact2` and `show_compact`. Run `acidclean hive-queue` against a Hive 4 "
+        "metastore (see docs/operations.md, Hive's compaction queue).",
+    ),
     "BusError": (
         "1",
         "Kafka refused a call, or did not acknowledge a delivery in time. Check `bootstrap.servers` and the "

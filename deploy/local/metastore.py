@@ -136,6 +136,24 @@ def kerberos_jars(log_dir: Path) -> Path:
     return cached_jars("kerberos", Path(__file__).parent / "kerberos" / "pom.xml", "commons-codec-*.jar", log_dir)
 
 
+# Hive's own compactor threads in a Hive 4 metastore (its Worker serves only the default pool there), for
+# the tests of acidclean beside it; they need hive4_compactor_jars() on the class path.
+HIVE4_COMPACTOR_SETTINGS = {
+    **{
+        f"{prefix}.compactor.{key}": value
+        for prefix in ("hive", "metastore")
+        for key, value in (("initiator.on", "true"), ("cleaner.on", "true"), ("worker.threads", "1"))
+    },
+    "hive.metastore.runworker.in": "metastore",
+}
+
+
+def hive4_compactor_jars(log_dir: Path) -> Path:
+    """What a Hive 4.0.1 metastore lacks to run Hive's Worker (``deploy/local/hive4-compactor/pom.xml``)."""
+    pom = Path(__file__).parent / "hive4-compactor" / "pom.xml"
+    return cached_jars("hive4-compactor", pom, "hive-metastore-*.jar", log_dir)
+
+
 def site_xml(settings: dict[str, str]) -> str:
     properties = "\n".join(
         f"  <property><name>{escape(key)}</name><value>{escape(value)}</value></property>"

@@ -30,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from acidclean.producers.hive_queue.own_requests import enter_in_hive_queue
 from acidclean.producers.initiator.core import InitiatorCore
 from acidclean.producers.initiator.deciding import RETRY_S, KeyDecider
 from acidclean.producers.initiator.delta_intake import DeltaIntake
@@ -42,6 +43,7 @@ from acidclean.shared.acid.state import Listing
 from acidclean.shared.bus.consumer import ConsumerErrors, make_consumer
 from acidclean.shared.bus.producer import KafkaEventBus
 from acidclean.shared.bus.topics import ensure_topics
+from acidclean.shared.hive4_queue.queue import HiveCompactionQueue
 from acidclean.shared.logs import log as log_fields
 from acidclean.shared.probes import Probes, broker_check, metastore_check_for, serve_http
 from acidclean.shared.settings import Settings
@@ -230,9 +232,18 @@ class InitiatorProcess:
             self.core.dirty.discard(key)
             self.deltas.decided(key)
 
-    def _publish(self, request: VacuumRequested) -> None:
+    def _publish(self, request: VacuumRequested) -> VacuumRequested | None:
+        """Publish ``request`` (returns once acknowledged), or, with ``hive_queue_initiator_requests``,
+        enter it in Hive's compaction queue for `acidclean hive-queue` to publish (issue 53): the request
+        as entered, or None when Hive's queue already holds an entry of this key, which serves it."""
         assert self.bus is not None
-        self.bus.publish(self._topic["vacuum_requests"], request)  # returns once acknowledged
+        if self.settings.hive_queue_initiator_requests:
+            pool = self.settings.hive_queue_pool
+            return self.decider.call(  # type: ignore[no-any-return]
+                "compact2", lambda m: enter_in_hive_queue(HiveCompactionQueue(m), request, pool)
+            )
+        self.bus.publish(self._topic["vacuum_requests"], request)
+        return request
 
     # metrics ---------------------------------------------------------------------------------------
 

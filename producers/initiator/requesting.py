@@ -26,14 +26,14 @@ class Requester:
         initiator_id: str,
         core: InitiatorCore,
         metrics: InitiatorMetrics,
-        publish: Callable[[VacuumRequested], None],
+        publish: Callable[[VacuumRequested], VacuumRequested | None],
         first_seen: Mapping[str, datetime],
     ) -> None:
         self._tenant = tenant
         self._initiator_id = initiator_id
         self._core = core
         self._metrics = metrics
-        self._publish = publish  # returns once the broker acknowledged
+        self._publish = publish  # returns once the broker acknowledged; None: Hive's queue serves the key
         self._first_seen = first_seen  # a key's oldest unanswered commit, for the latency
 
     def request(
@@ -71,7 +71,10 @@ class Requester:
             ),
             requested_at=now,
         )
-        self._publish(request)
+        published = self._publish(request)
+        if published is None:
+            return  # Hive's compaction queue holds an entry of this key: it serves it (issue 53)
+        request = published
         self._core.observe_lifecycle(request)
         self._metrics.requests.labels(trigger, decision.compaction_type).inc()
         first = self._first_seen.get(key)

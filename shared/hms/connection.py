@@ -70,6 +70,11 @@ class MetastoreConnection:
             + f" ({'; '.join(errors)}); check hive.metastore.uris and that the metastore runs"
         )
 
+    def call(self, what: str, operation: Callable[[Any], T]) -> T:
+        """``operation`` on the shared connection, with its reconnect and errors: for the bindings of the
+        calls the Hive 3.0 IDL lacks (:mod:`acidclean.shared.hive4_queue`)."""
+        return self._call(what, operation)
+
     def _call(self, what: str, operation: Callable[[Any], T]) -> T:
         with self._guard:
             for attempt in (1, 2):
