@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from acidclean.schemas.common import VacuumedTable
-from acidclean.shared.errors import TableNotFoundError
+from acidclean.shared.errors import MetastoreError, TableNotFoundError, VacuumFencedError
 from acidclean.shared.metastore import Metastore, TableIdentity, TableInfo, table_difference
 
 LOGGER = logging.getLogger(__name__)
@@ -117,3 +117,29 @@ def confirmed_identity(metastore: Metastore, draft: dict[str, Any]) -> VacuumedT
         location=identity.location,
         partition_create_time=identity.partition_create_time,
     )
+
+
+def fence_on_identity(metastore: Metastore, info: TableInfo, planned: TableIdentity | None, before: str) -> None:
+    """Part of the fence before the commit (with the vacuum lock's): raise ``VacuumFencedError`` unless
+    the table is still the one planned on. A table dropped and created again while the vacuum ran
+    would get the old table's compacted rows as its own. Fails closed when the metastore cannot tell."""
+    if planned is None:
+        return
+    where = f"{info.db}.{info.table}" + (f" partition {info.partition}" if info.partition else "")
+    try:
+        now = TableIdentity.of(metastore.get_table(info.db, info.table, info.partition))
+    except TableNotFoundError:
+        raise VacuumFencedError(
+            f"the vacuum of {where} did not {before}: the table no longer exists; nothing was made visible"
+        ) from None
+    except MetastoreError as error:
+        raise VacuumFencedError(
+            f"the vacuum of {where} did not {before}: the table could not be read to confirm it is the one "
+            f"compacted ({error}); nothing was made visible, try again"
+        ) from error
+    difference = table_difference(planned, now)
+    if difference is not None:
+        raise VacuumFencedError(
+            f"the vacuum of {where} did not {before}: the table was dropped and created again while it was "
+            f"vacuumed ({difference}); nothing was made visible, vacuum it again"
+        )

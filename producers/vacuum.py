@@ -71,7 +71,7 @@ from acidclean.producers.shared_locations import describe_sharers, shared_vacuum
 from acidclean.producers.spark_daemon import DAEMON_CONF
 from acidclean.producers.spark_tasks import Progress, quiet, run_bucket_tasks, task_error_message
 from acidclean.producers.table_identity import DRAFT_KEY as IDENTITY_KEY
-from acidclean.producers.table_identity import planned_identity, to_draft
+from acidclean.producers.table_identity import fence_on_identity, planned_identity, to_draft
 from acidclean.schemas.common import SharedLocation
 from acidclean.schemas.events import VacuumCommitted
 from acidclean.shared.acid.write_ids import ValidTxnList
@@ -392,10 +392,12 @@ class _Job:
     identity: TableIdentity | None = None  # the table as planned (rule 9), confirmed after the commit
 
     def fence(self, before: str) -> None:
-        """The last step before the commit: refuse unless the vacuum lock is still this vacuum's."""
+        """The last step before the commit: refuse unless the vacuum lock is still this vacuum's and the
+        table the one it planned on."""
         if self.held is None:
             raise VacuumFencedError(f"a vacuum without its vacuum lock cannot {before}")
         self.held.ensure_held(before)
+        fence_on_identity(self.metastore, self.info, self.identity, before)  # rule 9: still the table planned on
 
     def new_job_id(self) -> str:
         return f"{self.spark.sparkContext.applicationId}-{uuid.uuid4().hex[:8]}"

@@ -138,3 +138,35 @@ def test_a_partition_added_this_second_is_read_past_its_create_second(
         now_ms = held.metastore_now_ms()
     assert identity is not None and identity.partition_create_time == info.partition_create_time
     assert now_ms is not None and now_ms // 1000 > info.partition_create_time + 1
+
+
+@pytest.mark.rule7
+def test_a_table_created_again_while_it_is_vacuumed_gets_nothing_of_the_old_one(
+    metastore: HiveMetastore,
+    table_settings: Settings,
+    table_location: Path,
+    spark: Any,
+    unique_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Dropped (its data kept) and created again after the vacuum planned and wrote, before its commit:
+    the fence finds another table and nothing is made visible in the new one (the old rows would be the
+    new table's)."""
+    import acidclean.producers.vacuum as vacuum_module
+    from acidclean.shared.errors import VacuumFencedError
+
+    write(metastore, unique_name, rows=20, commits=3)
+    singles = children(table_location)
+    original = metastore.get_table(DB, unique_name)
+    finish = vacuum_module.finish_directories
+
+    def finish_then_recreate(*args: Any, **kwargs: Any) -> Any:
+        produced = finish(*args, **kwargs)
+        metastore.drop_table(DB, unique_name, delete_data=False)  # the staging directory stays
+        metastore.create_transactional_table(DB, unique_name, COLUMNS, buckets=2, location=original.location)
+        return produced
+
+    monkeypatch.setattr(vacuum_module, "finish_directories", finish_then_recreate)
+    with pytest.raises(VacuumFencedError, match="the table was dropped and created again while it was vacuumed"):
+        vacuum(metastore, table_settings, spark, unique_name)
+    assert children(table_location) == singles  # the vacuum's output never appeared

@@ -94,3 +94,31 @@ def test_a_draft_of_an_older_vacuum_carries_no_identity() -> None:
     metastore = ClockedMetastore(now_s=500, created=100)
     assert confirmed_identity(metastore, {"table": "sales.t", "partition": None}) is None  # type: ignore[arg-type]
     assert metastore.reads == 0
+
+
+@pytest.mark.rule7
+@pytest.mark.parametrize(
+    ("now", "message"),
+    [
+        (101, r"did not rename: the table was dropped and created again while it was vacuumed \(it was created again"),
+        (None, "did not rename: the table no longer exists; nothing was made visible"),
+    ],
+    ids=["created-again", "dropped"],
+)
+def test_the_fence_refuses_to_commit_into_a_table_that_is_not_the_one_planned_on(now: int | None, message: str) -> None:
+    from acidclean.producers.table_identity import fence_on_identity
+    from acidclean.shared.errors import VacuumFencedError
+
+    metastore = ClockedMetastore(now_s=500, created=100)
+    metastore.created = now
+    with pytest.raises(VacuumFencedError, match=message):
+        fence_on_identity(metastore, info(), TableIdentity(None, 100, LOCATION), "rename")  # type: ignore[arg-type]
+
+
+def test_the_fence_lets_the_planned_table_commit_and_asks_nothing_without_an_identity() -> None:
+    from acidclean.producers.table_identity import fence_on_identity
+
+    metastore = ClockedMetastore(now_s=500, created=100)
+    fence_on_identity(metastore, info(), TableIdentity(None, 100, LOCATION), "rename")  # type: ignore[arg-type]
+    fence_on_identity(metastore, info(), None, "rename")  # type: ignore[arg-type]
+    assert metastore.reads == 1
