@@ -45,7 +45,7 @@ from acidclean.shared.metastore import TableInfo
 def undo(
     cleanup_id: str | None, table: str | None, since_text: str | None, apply: bool, config_file: Path | None
 ) -> None:
-    """Put the files of a cleanup back from the trash (a dry run unless --apply).
+    """Put a cleanup's files back from the trash (dry run).
 
     CLEANUP_ID is the event_id of the cleanup's CleanupDone or of its vacuum. Only files moved to a
     trash that still holds them go back, only where no file is, only into the same table.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from test_storages import IDENTITY_ORDER, StorageTable, new_table, table_setting
 from acidclean.cli import main
 from acidclean.consumers.cleaner_process import CleanerOptions
 from acidclean.consumers.undo_log import read_ledger_log, select_cleanups
+from acidclean.deploy.local.hdfs import start_hdfs
+from acidclean.deploy.local.process import stop_process
 from acidclean.producers.ingest import create_table
 from acidclean.schemas.events import CleanupDone
 from acidclean.schemas.ledger import CleanupUndone
@@ -29,6 +32,8 @@ from acidclean.shared.acid.id_lists import reader_ids
 from acidclean.shared.acid.write_ids import ValidTxnList
 from acidclean.shared.orc.reader import read_snapshot
 from acidclean.shared.settings import Settings
+from acidclean.shared.storage import open_location
+from acidclean.shared.storage.trash import HdfsTrash, TrashPolicy, disposal_for
 
 pytestmark = pytest.mark.integration
 
@@ -175,3 +180,25 @@ def _ledger_destinations(settings: Settings, done: CleanupDone) -> list[str]:
     [chunks] = select_cleanups(read_ledger_log(settings), str(done.event_id), None, None)
     ledger = assemble(chunks, open_location(chunks[0].location).path)
     return [item.went.removeprefix("trash:") for item in ledger.files]
+
+
+def test_a_namenode_without_trash_makes_the_cleanup_delete_whatever_the_client_says(tmp_path: Path) -> None:
+    """hdfs-native's trash() asks the NameNode for its fs.trash.interval; at 0 it refuses (even with
+    fs.trash.interval set on the client), and the files are deleted, as Hive's moveToTrash does then."""
+    process, namenode = start_hdfs(tmp_path / "no-trash", trash_interval_min=0)
+    try:
+        location = open_location(
+            f"{namenode}/warehouse/no_trash/t", {"ACIDCLEAN_HDFS_CONFIG": "fs.trash.interval=1440"}
+        )
+        directory = location.child("delta_0000001_0000001_0000")
+        location.fs.make_dirs(directory)
+        with location.fs.arrow.open_output_stream(f"{directory}/bucket_00000") as out:
+            out.write(b"rows")
+        files = location.fs.list_files(directory)
+        disposal = disposal_for(location.fs, TrashPolicy(), {}, datetime.now(timezone.utc), versioned=False)
+        assert isinstance(disposal, HdfsTrash)
+        assert disposal.dispose(directory, files) == ["gone"]
+        assert location.fs.list_files(directory) == []
+        assert not location.fs.exists("/user")  # no trash directory was made for anyone
+    finally:
+        stop_process(process.pid, process.name)
