@@ -20,6 +20,7 @@ from acidclean.shared.logs import configure_json_logging
     epilog=examples(
         "acidclean hive-queue",
         "acidclean hive-queue --pool acidclean --name cleaner-host-1",
+        "acidclean hive-queue --metrics-port 9467",
     ),
 )
 @click.option(
@@ -35,6 +36,11 @@ from acidclean.shared.logs import configure_json_logging
     "--name", help="This replica's name; its worker id is acidclean-NAME (default: the host name). Unique per replica."
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    help="Serve Prometheus /metrics, /healthz and /readyz on this port.",
+)
+@click.option(
     "--log-level",
     default="INFO",
     show_default=True,
@@ -46,6 +52,7 @@ def hive_queue(
     pool: str | None,
     interval: float | None,
     name: str | None,
+    metrics_port: int | None,
     log_level: str,
 ) -> None:
     """Serve Hive 4's compaction queue as its worker.
@@ -56,11 +63,13 @@ def hive_queue(
     succeeded (or failed, with the message), so SHOW COMPACTIONS shows acidclean's work. Needs a Hive 4
     metastore; a round that cannot reach it changes nothing and the next round catches up.
     """
-    from acidclean.producers.hive_queue.bridge import HiveQueueBridge
+    from acidclean.producers.hive_queue.bridge import HiveQueueBridge, RoundReport
+    from acidclean.producers.hive_queue.metrics import HiveQueueMetrics
     from acidclean.shared.bus.producer import KafkaEventBus
     from acidclean.shared.bus.topics import ensure_topics
     from acidclean.shared.hive4_queue.queue import HiveCompactionQueue
     from acidclean.shared.hive_metastore import HiveMetastore
+    from acidclean.shared.probes import Probes, broker_check, metastore_check_for, serve_http
 
     configure_json_logging(log_level)
     settings = command_settings(
@@ -68,6 +77,18 @@ def hive_queue(
         overrides={"tenant": tenant, "hive_queue_pool": pool, "hive_queue_poll_interval_s": interval},
     )
     ensure_topics(settings, ("vacuum_requests", "vacuum_committed", "cleanup_done", "dead_letter"))
+    metrics = HiveQueueMetrics()
+    # A round is a show_compact, a read of the log and a few calls: one that has not ended for four
+    # intervals (two minutes at least) is wedged, and a restart is the cure.
+    probes = Probes(stale_after_s=max(120.0, 4 * settings.hive_queue_poll_interval_s), loop_name="hive-queue")
+    probes.add_check(metastore_check_for(settings))
+    probes.add_check(broker_check(settings.kafka, settings.topic("vacuum_requests")))
+
+    def observe(report: RoundReport) -> None:
+        metrics.observe(report)
+        probes.stepped()
+
+    http = serve_http(metrics.registry, metrics_port, probes=probes) if metrics_port is not None else None
     with HiveMetastore.from_settings(settings) as metastore, KafkaEventBus(settings.kafka) as bus:
         bridge = HiveQueueBridge(
             settings,
@@ -75,6 +96,7 @@ def hive_queue(
             bus,
             name=name or socket.gethostname(),
             pool=settings.hive_queue_pool,
+            observe=observe,
         )
 
         def stop(*_: Any) -> None:
@@ -82,4 +104,8 @@ def hive_queue(
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-        bridge.run(settings.hive_queue_poll_interval_s)
+        try:
+            bridge.run(settings.hive_queue_poll_interval_s)
+        finally:
+            if http is not None:
+                http.shutdown()

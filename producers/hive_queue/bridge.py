@@ -81,6 +81,7 @@ class HiveQueueBridge:
         name: str | None = None,
         pool: str | None = None,
         read_log: LogRead | None = None,
+        observe: Callable[[RoundReport], None] | None = None,
     ) -> None:
         self.settings = settings
         self.queue = queue
@@ -89,12 +90,15 @@ class HiveQueueBridge:
         self.pool = pool
         self._read_log = read_log or self._log_since
         self._stop = threading.Event()
+        self._observe = observe  # told each round's report (metrics, liveness)
 
     # the loop -------------------------------------------------------------------------------------
 
     def run(self, interval_s: float) -> None:
         while not self._stop.is_set():
-            self.run_once()
+            report = self.run_once()
+            if self._observe is not None:
+                self._observe(report)
             self._stop.wait(interval_s)
 
     def stop(self) -> None:

@@ -26,10 +26,13 @@ import click
 import pytest
 import yaml
 
+from acidclean.cli.hive_queue import hive_queue as hive_queue_command
 from acidclean.cli.initiator import initiator as initiator_command
 from acidclean.cli.vacuum_service import vacuum_service as vacuum_service_command
 from acidclean.consumers.cleaner_process import CLEANER_TOPICS, cleaner_group_id
 from acidclean.consumers.metrics import CleanerMetrics
+from acidclean.producers.hive_queue.bridge import LOG_TOPICS as HIVE_QUEUE_TOPICS
+from acidclean.producers.hive_queue.metrics import HiveQueueMetrics
 from acidclean.producers.initiator.process import INITIATOR_TOPICS, InitiatorMetrics, initiator_group_id
 from acidclean.producers.vacuum_service import SERVICE_TOPICS, VacuumServiceMetrics, service_group_id
 from acidclean.shared.metastore_transport import kerberos_from_settings
@@ -227,7 +230,12 @@ def exported_metrics() -> set[str]:
     """Every series name the cleaner, the initiator and the vacuum service export (counters carry
     prometheus_client's _total suffix, histograms their _bucket, _sum and _count)."""
     suffixes = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
-    registries = (CleanerMetrics().registry, InitiatorMetrics().registry, VacuumServiceMetrics().registry)
+    registries = (
+        CleanerMetrics().registry,
+        InitiatorMetrics().registry,
+        VacuumServiceMetrics().registry,
+        HiveQueueMetrics().registry,
+    )
     return {
         family.name + suffix
         for registry in registries
@@ -242,6 +250,7 @@ def test_the_alerts_use_metrics_the_components_export() -> None:
     alerts = {r["alert"]: r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]}
     assert {"AcidcleanStuckCleanups", "AcidcleanOldestPendingVacuum", "AcidcleanDeadLetters"} <= set(alerts)
     assert {"AcidcleanInitiatorLagging", "AcidcleanVacuumsFailing", "AcidcleanVacuumQueue"} <= set(alerts)
+    assert "AcidcleanHiveQueueFailing" in alerts
     for name, expression in alerts.items():
         used = set(re.findall(r"\bacidclean_[a-z_]+", expression))
         assert used and used <= exported, (name, used - exported)
@@ -249,7 +258,7 @@ def test_the_alerts_use_metrics_the_components_export() -> None:
     services = {doc["metadata"]["name"] for doc in of_kind(render(values=COMPONENTS), "Service")}
     for group in rule["spec"]["groups"]:
         for alert in group["rules"]:
-            (service,) = re.findall(r'service="([^"]+)"', alert["expr"])
+            (service,) = set(re.findall(r'service="([^"]+)"', alert["expr"]))
             assert service in services, (alert["alert"], service)
 
 
@@ -294,7 +303,9 @@ def test_every_component_has_its_metrics_service_and_service_monitor() -> None:
         doc["metadata"]["labels"]["app.kubernetes.io/component"]: doc for doc in of_kind(docs, "ServiceMonitor")
     }
     by_component = deployments(docs)
-    assert set(services) == set(monitors) == set(by_component) == {"cleaner", "initiator", "vacuum-service"}
+    assert (
+        set(services) == set(monitors) == set(by_component) == {"cleaner", "initiator", "vacuum-service", "hive-queue"}
+    )
     for component, deployment in by_component.items():
         service, monitor = services[component], monitors[component]
         pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -483,7 +494,11 @@ def test_kerberos_settings_in_config_are_refused_for_kerberos_values() -> None:
 
 
 # The initiator and the vacuum service (initiator.enabled, vacuumService.enabled; both off by default).
-COMPONENTS: dict[str, Any] = {"initiator": {"enabled": True}, "vacuumService": {"enabled": True, "master": "yarn"}}
+COMPONENTS: dict[str, Any] = {
+    "initiator": {"enabled": True},
+    "vacuumService": {"enabled": True, "master": "yarn"},
+    "hiveQueue": {"enabled": True, "pool": "acidclean"},
+}
 
 
 def by_component_label(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -522,7 +537,7 @@ def test_with_both_enabled_the_chart_lints_and_validates(kerberos: bool) -> None
     assert result.returncode == 0, result.stdout + result.stderr
     docs = render(values=values)
     validate_core(docs)
-    assert set(deployments(docs)) == {"cleaner", "initiator", "vacuum-service"}
+    assert set(deployments(docs)) == {"cleaner", "initiator", "vacuum-service", "hive-queue"}
 
 
 def test_the_initiator_and_vacuum_service_run_their_commands_in_their_images(tmp_path: Path) -> None:
@@ -552,7 +567,7 @@ def test_the_initiator_and_vacuum_service_run_their_commands_in_their_images(tmp
         "acidclean-vacuum-service.acme"
     )
 
-    for name in ("initiator", "vacuum-service"):
+    for name in ("initiator", "vacuum-service", "hive-queue"):
         pod = by_component[name]["spec"]["template"]["spec"]
         (container,) = pod["containers"]
         (port,) = container["ports"]
@@ -596,7 +611,7 @@ def config_map_properties_of(docs: list[dict[str, Any]], directory: Path) -> Pat
 def test_with_kerberos_the_new_components_mount_the_keytab_and_krb5_conf_too() -> None:
     by_component = deployments(render(values={**COMPONENTS, **KERBEROS}))
     cleaner = by_component["cleaner"]["spec"]["template"]
-    for name in ("initiator", "vacuum-service"):
+    for name in ("initiator", "vacuum-service", "hive-queue"):
         template = by_component[name]["spec"]["template"]
         volumes = [v for v in template["spec"]["volumes"] if v["name"] != "tmp"]  # the vacuum's /tmp is larger
         assert volumes == [v for v in cleaner["spec"]["volumes"] if v["name"] != "tmp"]
@@ -626,8 +641,29 @@ def test_the_kafka_user_grants_the_new_components_groups_and_topics(tmp_path: Pa
 
     for group in (initiator_group_id(settings), service_group_id(settings)):
         assert allowed("group", group, "Read") and allowed("group", group, "Describe"), group
-    for topic in {*INITIATOR_TOPICS, *SERVICE_TOPICS}:
+    for topic in {*INITIATOR_TOPICS, *SERVICE_TOPICS, *HIVE_QUEUE_TOPICS}:
         assert allowed("topic", settings.topic(topic), "Read") and allowed("topic", settings.topic(topic), "Write")
     topics = {doc["spec"]["topicName"] for doc in of_kind(docs, "KafkaTopic")}
     assert {settings.topic(name) for name in (*INITIATOR_TOPICS, *SERVICE_TOPICS)} <= topics
     assert settings.topic("vacuum_requests") in topics
+
+
+def test_the_hive_queue_runs_its_command_in_the_cleaner_image_serving_its_pool(tmp_path: Path) -> None:
+    docs = render("tenant=acme", values=COMPONENTS)
+    by_component = deployments(docs)
+    (cleaner_container,) = by_component["cleaner"]["spec"]["template"]["spec"]["containers"]
+    queue = by_component["hive-queue"]
+    (container,) = queue["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == cleaner_container["image"]  # pure Python: no Spark
+    assert container["args"][0] == "hive-queue"
+    context = parsed(hive_queue_command, container["args"], config_map_properties_of(docs, tmp_path))
+    assert (context.params["pool"], context.params["interval"], context.params["metrics_port"]) == (
+        "acidclean",
+        5,
+        9467,
+    )
+    assert queue["spec"]["replicas"] == 1  # no consumer group, no KEDA: replicas take entries by worker id
+    assert "hive-queue" not in {
+        doc["metadata"]["labels"]["app.kubernetes.io/component"] for doc in of_kind(docs, "ScaledObject")
+    }
+    assert "hive-queue" not in deployments(render())  # off by default

@@ -38,6 +38,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "acidclean.deltaTopic" -}}{{ include "acidclean.topicPrefix" . }}acid.delta.committed{{- end -}}
 {{- define "acidclean.requestsTopic" -}}{{ include "acidclean.topicPrefix" . }}acid.vacuum.requests{{- end -}}
 {{- define "acidclean.initiatorName" -}}{{ printf "%s-initiator" (include "acidclean.fullname" . | trunc 53 | trimSuffix "-") }}{{- end -}}
+{{- define "acidclean.hiveQueueName" -}}{{ printf "%s-hive-queue" (include "acidclean.fullname" . | trunc 52 | trimSuffix "-") }}{{- end -}}
 {{- define "acidclean.vacuumServiceName" -}}{{ printf "%s-vacuum-service" (include "acidclean.fullname" . | trunc 48 | trimSuffix "-") }}{{- end -}}
 
 {{/* The running components, each as a dict: component, name (its Deployment), port (metrics), group,
@@ -49,6 +50,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- if .Values.vacuumService.enabled -}}
 {{- $list = append $list (dict "component" "vacuum-service" "name" (include "acidclean.vacuumServiceName" .) "port" .Values.vacuumService.metricsPort "group" (include "acidclean.vacuumServiceGroup" .) "topic" (include "acidclean.requestsTopic" .) "autoscaling" .Values.vacuumService.autoscaling) -}}
+{{- end -}}
+{{- if .Values.hiveQueue.enabled -}}
+{{- $list = append $list (dict "component" "hive-queue" "name" (include "acidclean.hiveQueueName" .) "port" .Values.hiveQueue.metricsPort "group" "" "topic" (include "acidclean.requestsTopic" .) "autoscaling" (dict "enabled" false)) -}}
 {{- end -}}
 {{- toJson $list -}}
 {{- end -}}
