@@ -143,6 +143,8 @@ def test_auto_purge_deletes_on_hdfs_and_undo_says_there_is_nothing_to_put_back(
     table = new_table(hdfs_stack, unique_name)
     table.write(commits=3)
     set_table_parameter(table, "auto.purge", "true")
+    # The replication check's one metastore call (get_database) answers on this metastore: not a source.
+    assert "repl.source.for" not in hdfs_stack.metastore.database_parameters(table.db)
     settings = table_settings(hdfs_stack, table, kafka_bootstrap, tmp_path)
     event, done = cleaned(table, settings, spark, watched)
     assert not set(event.obsolete_directories) & table.children()
