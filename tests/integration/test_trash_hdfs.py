@@ -21,6 +21,7 @@ from storage_support import StorageStack
 from test_storages import IDENTITY_ORDER, StorageTable, new_table, table_settings, vacuum
 
 from acidclean.cli import main
+from acidclean.consumers.audit import read_audit
 from acidclean.consumers.cleaner_process import CleanerOptions
 from acidclean.consumers.undo_log import read_ledger_log, select_cleanups
 from acidclean.deploy.local.hdfs import start_hdfs
@@ -130,6 +131,9 @@ def test_a_cleanup_goes_to_the_hdfs_trash_and_undo_gives_a_pinned_reader_its_row
     ]
     assert [(item.restored_files, item.refused_files) for item in undone] == [(files, 0)]
     assert isinstance(undone[0], CleanupUndone)
+    [row] = read_audit(settings, table=table.full_name)[0]
+    assert row.state == "cleaned" and row.reason is not None
+    assert f"{files} file(s) put back, 0 refused" in row.reason and "undone " in row.reason
 
     # Undone once, the files are back: a second undo refuses every file, and overwrites none.
     again = runner.invoke(main, ["undo", str(done.event_id), "--apply"], env=env, catch_exceptions=False)
@@ -143,6 +147,8 @@ def test_auto_purge_deletes_on_hdfs_and_undo_says_there_is_nothing_to_put_back(
     table = new_table(hdfs_stack, unique_name)
     table.write(commits=3)
     set_table_parameter(table, "auto.purge", "true")
+    # The replication check's one metastore call (get_database) answers on this metastore: not a source.
+    assert "repl.source.for" not in hdfs_stack.metastore.database_parameters(table.db)
     settings = table_settings(hdfs_stack, table, kafka_bootstrap, tmp_path)
     event, done = cleaned(table, settings, spark, watched)
     assert not set(event.obsolete_directories) & table.children()
