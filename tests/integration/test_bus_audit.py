@@ -266,6 +266,7 @@ def _row(vacuum_id: int | None, table: str | None, partition: str | None, **fiel
         "request_id": None,
         "requested_at": None,
         "vacuum_service_id": None,
+        "hive_compaction_id": None,
     }
     row.update(fields)
     return row

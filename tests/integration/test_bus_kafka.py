@@ -127,6 +127,7 @@ def test_topics_are_created_once_with_the_configured_partitions(kafka_bootstrap:
             "dead_letter",
             "delta_committed",
             "vacuum_requests",
+            "cleanup_ledger",
         )
     }
     assert set(first.created) == names and first.existing == []
