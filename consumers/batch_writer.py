@@ -16,7 +16,6 @@ from functools import partial
 
 from acidclean.consumers.logs import log
 from acidclean.consumers.outcome_batch import (
-    READ_IN_FULL_WITHIN,
     BundleCheck,
     DelayOut,
     OutcomeBatch,
@@ -30,7 +29,7 @@ from acidclean.consumers.outcome_batch import (
 from acidclean.consumers.outcome_notes import OutcomeNotes
 from acidclean.consumers.own_checks import OwnChecks
 from acidclean.consumers.publishing import OutcomePublisher
-from acidclean.consumers.scheduling import BUNDLE_COHORT_MIN, cohorts_by_carries, runs_due_together
+from acidclean.consumers.scheduling import in_due_order_by_key
 from acidclean.consumers.table_check import TableLockCheck
 from acidclean.consumers.waiting import (
     EntryFacts,
@@ -262,46 +261,28 @@ class BatchWriter:
             if len(partition_outs) < max(1, self._context.config.bundle_min) and partition not in from_bundles:
                 alone.extend(partition_outs)
                 continue
-            # A bundle is due when its last member is: one per run of records due together, so the
-            # records of a batch are not all due (and checked next) when its last checked one is; and
-            # one per cohort of records with about as many carries left, so its whole carries end
-            # when most of its members are due to be read, not when the first of them is.
-            for packed_outs in (
-                cohort
-                for run in runs_due_together(
-                    partition_outs,
-                    lambda out: due_at_ms(out.event.due_at),
-                    1 << 62 if "spread" in parts_off else self._context.config.bundle_spread_ms,
-                    key=lambda out: out.event.key,
-                )
-                for cohort in (
-                    [run]
-                    if "cohorts" in parts_off
-                    else cohorts_by_carries(
-                        run,
-                        _carries_left,
-                        lambda out: out.event.key,
-                        width=READ_IN_FULL_WITHIN,
-                        min_size=max(BUNDLE_COHORT_MIN, self._context.config.bundle_min),
-                    )
-                )
-            ):
-                made = bundles_of(
-                    [out.event for out in packed_outs],
-                    tenant=self._context.config.tenant,
-                    partition=partition,
-                    source_id=packed_outs[0].event.event_id,
-                    occurred_at=min(out.checked_at for out in packed_outs),
-                    oldest_commit=min(out.oldest_commit for out in packed_outs),
-                    max_records=max(1, self._context.config.bundle_max),
-                    compressed=self._context.config.bundle_compressed,
-                )
-                start = 0
-                for bundle in made:
-                    chunk = packed_outs[start : start + len(bundle.members)]
-                    summary = None if "whole_carries" in parts_off else _summary_of(chunk)
-                    bundles.append((dataclasses.replace(bundle, summary=summary), chunk))
-                    start += len(bundle.members)
+            # One run of a partition's records a batch, cut into bundles by size alone. Spread windows
+            # (a run per records due together) and cohorts (a run per records with about as many
+            # carries left) were measured against this and removed: no clear win (docs/performance.md).
+            packed_outs = in_due_order_by_key(
+                partition_outs, lambda out: due_at_ms(out.event.due_at), lambda out: out.event.key
+            )
+            made = bundles_of(
+                [out.event for out in packed_outs],
+                tenant=self._context.config.tenant,
+                partition=partition,
+                source_id=packed_outs[0].event.event_id,
+                occurred_at=min(out.checked_at for out in packed_outs),
+                oldest_commit=min(out.oldest_commit for out in packed_outs),
+                max_records=max(1, self._context.config.bundle_max),
+                compressed=self._context.config.bundle_compressed,
+            )
+            start = 0
+            for bundle in made:
+                chunk = packed_outs[start : start + len(bundle.members)]
+                summary = None if "whole_carries" in parts_off else _summary_of(chunk)
+                bundles.append((dataclasses.replace(bundle, summary=summary), chunk))
+                start += len(bundle.members)
         return alone, bundles
 
     def _merge_delays(
@@ -391,10 +372,6 @@ class BatchWriter:
             for index, out in enumerate(outs):
                 merged.append((out, [item for item in items if chunk_of[item.vacuum_id] == index]))
         return classic, merged, carried
-
-
-def _carries_left(out: DelayOut) -> int | None:
-    return None if out.whole is None else out.whole.carries_left
 
 
 def _summary_of(outs: Sequence[DelayOut]) -> BundleSummary | None:

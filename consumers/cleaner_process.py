@@ -101,7 +101,7 @@ def producer_settings(kafka: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in kafka.items() if not key.startswith(CONSUMER_ONLY_PREFIXES)}
 
 
-BUNDLE_PARTS = frozenset({"whole_carries", "summaries", "unread", "cohorts", "spread", "gather", "riders"})
+BUNDLE_PARTS = frozenset({"whole_carries", "summaries", "unread", "gather", "riders"})
 
 
 def bundle_parts_off(text: str) -> frozenset[str]:
@@ -181,7 +181,6 @@ class CleanerProcess:
                 dry_run=self.options.dry_run,
                 wait_for_open_txns=settings.cleanup_waits_for_open_txns,
                 bundle_min=settings.cleanup_bundle_min,
-                bundle_spread_ms=settings.cleanup_bundle_spread_ms,
                 bundle_compressed=settings.cleanup_bundle_compression == "zlib",
                 parts_off=parts_off,
                 trash=TrashPolicy(

@@ -127,99 +127,17 @@ def poll_timeout_s(now_ms: int, next_due_ms: int | None, *, busy: bool) -> float
     return max(0.0, min(cap, (next_due_ms - now_ms) / 1000))
 
 
-# Records due further apart than this are not written in one bundle (see runs_due_together).
+# The default of cleanup_bundle_spread_ms: how long a due delay record of one table alone waits for its
+# partition's others due within it (the loop's gather, LoopConfig.gather_ms).
 BUNDLE_DUE_SPREAD_MS = 10
-# A cohort of fewer records than this goes in its neighbour's bundle (see cohorts_by_carries): each
-# bundle is a record and a check every interval, which a few members' carries do not pay for.
-BUNDLE_COHORT_MIN = 8
 
 
-def runs_due_together(
-    items: Sequence[T],
-    due_ms: Callable[[T], int],
-    spread_ms: int = BUNDLE_DUE_SPREAD_MS,
-    key: Callable[[T], object] | None = None,
-) -> list[list[T]]:
-    """``items`` in due order, cut into runs of those due within ``spread_ms`` of their run's first;
-    with ``key``, the items of one key all in the run of the latest-due of them.
-
-    A bundle is due when its last member is. One bundle for the waiting records of a whole batch kept
-    the first checked of them waiting for the last, and gave the whole batch one due time: one interval
-    later all its records came due at once and queued behind each other, interval after interval (the
-    queue was the re-check lateness). A bundle per run is due when its own records are, so the bundles
-    of a batch come due as spread out as their checks were.
-
-    A table with records in two bundles of one batch (parked by separate checks) must go on in one
-    bundle, whose next check merges them into one record. Cut by due time alone, its two records
-    (due as far apart as the batch's checks of the two bundles were) went into two bundles again, and
-    both came back together in the next batch, interval after interval: each check of such a bundle
-    read all its members. Moved to the later run, a record is due a little later (by at most what the
-    batch's checks took), never earlier, and a key's items are next to each other in their run (a run
-    cut into several bundles by their size keeps them in one)."""
-    runs: list[list[T]] = []
-    first_ms = 0
-    for item in sorted(items, key=due_ms):
-        item_due_ms = due_ms(item)
-        if not runs or item_due_ms - first_ms > spread_ms:
-            runs.append([])
-            first_ms = item_due_ms
-        runs[-1].append(item)
-    if key is None:
-        return runs
-    last_run = {key(item): index for index, run in enumerate(runs) for item in run}
-    kept: list[dict[object, list[T]]] = [{} for _ in runs]
-    for run in runs:
-        for item in run:
-            item_key = key(item)
-            kept[last_run[item_key]].setdefault(item_key, []).append(item)
-    return [[item for same_key in run.values() for item in same_key] for run in kept if run]
-
-
-def cohorts_by_carries(
-    items: Sequence[T],
-    carries_left: Callable[[T], int | None],
-    key: Callable[[T], object],
-    *,
-    width: int,
-    min_size: int,
-) -> list[list[T]]:
-    """One run of a partition's waiting records (:func:`runs_due_together`) cut into the bundles' worth
-    of records that may be carried on whole for about as long as each other.
-
-    A bundle is carried on whole until its member with the fewest carries left must be read in full;
-    that check then reads every member. Packed by due time alone, a bundle mixed members a few checks
-    from their limit with members a whole limit away, so most checks of it read all its members for
-    the sake of one. Here the records whose summary lets them be carried (``carries_left`` above 0)
-    are sorted by it and cut where a record has ``width`` or more carries left than its cohort's first
-    (a cohort of fewer than ``min_size`` goes with its neighbour below, or above for the first); the
-    records that cannot be carried whole (``carries_left`` None or 0, or a key with several records,
-    which its next check merges) go on together, apart, so they do not take the summary of the
-    others' bundle. A key's records stay in one cohort."""
+def in_due_order_by_key(items: Sequence[T], due_ms: Callable[[T], int], key: Callable[[T], object]) -> list[T]:
+    """``items`` in due order, each key's items next to each other (in due order) where the key's
+    first-due item falls: a table with records in two bundles of one batch (parked by separate checks)
+    goes on in one bundle (unless a size limit falls between them), whose next check merges them into
+    one record."""
     by_key: dict[object, list[T]] = {}
-    for item in items:
+    for item in sorted(items, key=due_ms):
         by_key.setdefault(key(item), []).append(item)
-    summarised: list[tuple[int, list[T]]] = []
-    unsummarised: list[T] = []
-    for same_key in by_key.values():
-        left = carries_left(same_key[0]) if len(same_key) == 1 else None
-        if left is None or left <= 0:
-            unsummarised.extend(same_key)
-        else:
-            summarised.append((left, same_key))
-    summarised.sort(key=lambda entry: entry[0])
-    cohorts: list[list[T]] = []
-    first_left = 0
-    for left, same_key in summarised:
-        if not cohorts or left - first_left >= width:
-            cohorts.append([])
-            first_left = left
-        cohorts[-1].extend(same_key)
-    kept: list[list[T]] = []
-    for cohort in cohorts:
-        if (kept and len(cohort) < min_size) or (kept and len(kept[-1]) < min_size):
-            kept[-1].extend(cohort)
-        else:
-            kept.append(cohort)
-    if unsummarised:
-        kept.append(unsummarised)
-    return kept
+    return [item for same_key in by_key.values() for item in same_key]

@@ -18,7 +18,6 @@ from acidclean.consumers.bundles import WaitingBundle
 from acidclean.consumers.crash_points import CrashPoints, NoCrashes
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import TenantRoots
-from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS
 from acidclean.consumers.waiting import WaitingGroup
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupRejected, DelayEnvelope, RemovedDirectory, VacuumCommitted
@@ -110,7 +109,6 @@ class HandlerConfig:
     # tables of one delay partition) once a batch has at least bundle_min of one partition.
     bundle_min: int = 8
     bundle_max: int = MAX_BUNDLE_RECORDS
-    bundle_spread_ms: int = BUNDLE_DUE_SPREAD_MS  # one bundle only of records due within this of each other
     bundle_compressed: bool = True  # bundles' members compressed (acidclean.shared.bus.bundle)
     # Parts of the bundle machinery switched off, to measure each against the rest (issue 50, item 2)
     parts_off: frozenset[str] = frozenset()

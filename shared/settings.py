@@ -224,11 +224,10 @@ class Settings(BaseSettings):
     cleanup_bundle_spread_ms: int = Field(
         10,
         ge=0,
-        description="Waiting records of one delay partition go in one bundle only when due within this many ms of "
-        "each other (a bundle is due when its last member is). Larger: fewer, bigger bundles, and the first member "
-        "of each is checked again up to this much later than its own due time. A due record of one table alone "
-        "also waits up to this long for the partition's others due within it, so they are checked in one batch and "
-        "go on in one bundle.",
+        description="A due delay record of one table alone waits up to this many ms for its delay partition's "
+        "others due within it, so they are checked in one batch and go on in one bundle (records checked in "
+        "separate batches otherwise stay in separate bundles for good). Larger: fewer, bigger bundles, and the "
+        "first of them checked up to this much after its own due time.",
     )
     cleanup_bundle_compression: Literal["zlib", "none"] = Field(
         "zlib",
@@ -240,7 +239,7 @@ class Settings(BaseSettings):
     cleanup_bundle_parts_off: str = Field(
         "",
         description="For measurement only (issue 50): parts of the bundle machinery switched off, comma-separated "
-        "(whole_carries, summaries, unread, cohorts, spread, gather, riders). Leave empty.",
+        "(whole_carries, summaries, unread, gather, riders). Leave empty.",
     )
     cleanup_waits_for_open_txns: bool = Field(
         True,

@@ -22,12 +22,12 @@ from acidclean.consumers.lock_views import LockView
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.metrics import CleanerMetrics
 from acidclean.consumers.rules.paths import TenantRoots
-from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS
 from acidclean.consumers.table_check import TableLockCheck
 from acidclean.consumers.work import CleanerTopics, HandlerConfig, Outcome, Work
 from acidclean.schemas.common import EventBase
 from acidclean.schemas.events import CleanupDone, CleanupStarted, DelayedVacuums, DelayEnvelope, Event, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
+from acidclean.shared.bus.bundle import MAX_BUNDLE_RECORDS
 from acidclean.shared.bus.codec import decode, encode
 from acidclean.shared.bus.memory import InMemoryBus
 from acidclean.shared.bus.records import RawRecord
@@ -408,7 +408,7 @@ class Rig:
     mark_vacuum_output: bool = True
     bundle_min: int = 8  # HandlerConfig.bundle_min: waiting tables of one partition a bundle needs
     bundle_compressed: bool = True  # HandlerConfig.bundle_compressed
-    bundle_spread_ms: int = BUNDLE_DUE_SPREAD_MS  # HandlerConfig.bundle_spread_ms
+    bundle_max: int = MAX_BUNDLE_RECORDS  # HandlerConfig.bundle_max
 
     def __post_init__(self) -> None:
         self.handler = CleanupHandler(
@@ -422,7 +422,7 @@ class Rig:
                 lock_retry_wait_s=0.0,  # retries at once: the histories replay many outages a second
                 bundle_min=self.bundle_min,
                 bundle_compressed=self.bundle_compressed,
-                bundle_spread_ms=self.bundle_spread_ms,
+                bundle_max=self.bundle_max,
             ),
             metastore=lambda: self.metastore,
             bus=lambda: self.bus,

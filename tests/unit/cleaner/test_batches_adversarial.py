@@ -22,17 +22,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from hypothesis_support import examples
 
-from acidclean.consumers import batch_writer as batch_writer_module
 from acidclean.consumers.lock_views import LockView
 from acidclean.consumers.loop import CleanerLoop, LoopConfig
 from acidclean.consumers.rules.readiness import Readiness
-from acidclean.consumers.scheduling import cohorts_by_carries, delay_envelope
+from acidclean.consumers.scheduling import delay_envelope
 from acidclean.consumers.work import Work
 from acidclean.schemas.common import LockSnapshotEntry
 from acidclean.schemas.events import CleanupDone, CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.id_lists import MetastoreKind
 from acidclean.shared.acid.names import base_name, delta_name
-from acidclean.shared.bus.bundle import KEYS_HEADER, BundleKeys, is_bundle, unpack
+from acidclean.shared.bus.bundle import KEYS_HEADER, MAX_BUNDLE_RECORDS, BundleKeys, is_bundle, unpack
 from acidclean.shared.bus.codec import decode
 from acidclean.shared.bus.consumer import Assignment
 from acidclean.shared.bus.records import RawRecord
@@ -572,6 +571,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
     whose outcome the broker does not have; at the end, every vacuum is cleaned, nothing twice."""
 
     bundle_min = 8  # HandlerConfig.bundle_min: the default (a history of few tables makes no bundle)
+    bundle_max = MAX_BUNDLE_RECORDS  # HandlerConfig.bundle_max: members a bundle at most
     revoke_timeout_s = 60.0  # LoopConfig.revoke_timeout_s: how long a revoke waits for running work
     held_per_partition = 2  # LoopConfig.held_per_partition: records read ahead and kept
     gather_ms = 0  # LoopConfig.gather_ms: how long a due single-table record waits for others due with it
@@ -579,7 +579,7 @@ class BatchedLoopMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.rig = Rig(bundle_min=self.bundle_min)
+        self.rig = Rig(bundle_min=self.bundle_min, bundle_max=self.bundle_max)
         self.consumer = FakeConsumer(self.rig.clock, eager=not self.assignment.incremental)
         self.tables = itertools.count()
         self.handled = Handled(self.rig)
@@ -802,29 +802,18 @@ BundledLoopMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
 test_bundled_loop_histories_lose_nothing_and_never_run_early = BundledLoopMachine.TestCase
 
 
-def cohorts_of_one(items: Any, carries_left: Any, key: Any, *, width: int, min_size: int) -> list[list[Any]]:
-    """Cohorts one check left wide and one record small (a history of few tables splits its runs)."""
-    return cohorts_by_carries(items, carries_left, key, width=1, min_size=1)
+class SeveralBundlesAPartitionMachine(BundledLoopMachine):
+    """The bundled histories with a batch's records of one partition cut into bundles of two: one
+    check writes several bundles of a partition, each due when its own last member is, under every
+    interleaving the rules make (cohorts split them so before they were removed)."""
+
+    bundle_max = 2
 
 
-class CohortsOfOneMachine(BundledLoopMachine):
-    """The bundled histories with every record of a run whose checks left differ in a bundle of its
-    own (cohorts one check wide, however small): a check's records of one run go on in several
-    bundles, each due when its own last member is, under every interleaving the rules make."""
-
-    def __init__(self) -> None:
-        batch_writer_module.cohorts_by_carries = cohorts_of_one
-        super().__init__()
-
-    def teardown(self) -> None:
-        try:
-            super().teardown()
-        finally:
-            batch_writer_module.cohorts_by_carries = cohorts_by_carries
-
-
-CohortsOfOneMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
-test_histories_with_a_bundle_per_cohort_lose_nothing_and_never_run_early = CohortsOfOneMachine.TestCase
+SeveralBundlesAPartitionMachine.TestCase.settings = BatchedLoopMachine.TestCase.settings
+test_histories_with_several_bundles_a_partition_lose_nothing_and_never_run_early = (
+    SeveralBundlesAPartitionMachine.TestCase
+)
 
 
 class GatheringLoopMachine(BatchedLoopMachine):

@@ -16,18 +16,15 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
-from typing import Any
 
 import msgspec
 import pytest
 
-from acidclean.consumers import batch_writer as batch_writer_module
 from acidclean.consumers.audit import FastDecoder, bundle_members, decode_records, fold
-from acidclean.consumers.bundle_check import BundleChecker
 from acidclean.consumers.loop import CleanerLoop
 from acidclean.consumers.outcome_batch import READ_IN_FULL_WITHIN
 from acidclean.consumers.rules.readiness import Readiness
-from acidclean.consumers.scheduling import BUNDLE_DUE_SPREAD_MS, delay_envelope
+from acidclean.consumers.scheduling import delay_envelope
 from acidclean.consumers.waiting import build_groups, entry_of_envelope
 from acidclean.schemas.events import CleanupRejected, DelayedVacuums, DelayEnvelope, VacuumCommitted
 from acidclean.shared.acid.names import delta_name
@@ -139,8 +136,8 @@ def encode_back(record: RawRecord) -> object:
     return decode(record, rejected_by="test", tenant="acme")
 
 
-def bundled_rig(compressed: bool = True, spread_ms: int = BUNDLE_DUE_SPREAD_MS) -> Rig:
-    return Rig(bundle_min=2, bundle_compressed=compressed, bundle_spread_ms=spread_ms)
+def bundled_rig(compressed: bool = True) -> Rig:
+    return Rig(bundle_min=2, bundle_compressed=compressed)
 
 
 RECORDS_FIELD = b',"records":'
@@ -210,10 +207,11 @@ def slow_down(rig: Rig) -> None:
     clock.now = slow_now  # type: ignore[method-assign]
 
 
-def bundles_of_slow_checks(spread_ms: int) -> list[RawRecord]:
-    """The bundles packed by checks over three intervals, with 4 ms of the clock for each look at it
-    (a bundle carried on whole keeps its members' headers as first written, so only packed ones)."""
-    rig = bundled_rig(spread_ms=spread_ms)
+def bundles_of_slow_checks() -> list[RawRecord]:
+    """The bundles packed by checks over three intervals, with 4 ms of the clock for each look at it,
+    at most two members a bundle (so a batch writes several; a bundle carried on whole keeps its
+    members' headers as first written, so only packed ones)."""
+    rig = Rig(bundle_min=2, bundle_max=2)
     slow_down(rig)
     consumer, loop, seen, _ = started(rig)
     cycle(loop, rig, consumer, seen, 3)
@@ -221,29 +219,19 @@ def bundles_of_slow_checks(spread_ms: int) -> list[RawRecord]:
     return [record for record in bundles(rig) if not dict(record.headers).get("causation_id")]
 
 
-@pytest.mark.parametrize("spread_ms", [0, 5, BUNDLE_DUE_SPREAD_MS])
-def test_a_bundle_is_due_when_its_own_members_are_not_when_the_last_checked_record_of_its_batch_is(
-    spread_ms: int,
-) -> None:
+def test_a_bundle_is_due_when_its_last_member_is_never_before_any_of_them() -> None:
     """The tables of one batch are checked one after another, each due one interval after its own
-    check. A bundle is due when its last member is, so no member waits in a bundle more than the
-    configured spread past its own due time (one bundle for the batch kept the first checked table
-    waiting for the last)."""
-    written = bundles_of_slow_checks(spread_ms)
+    check: a bundle of them is due when its last member is, so no member is checked before its own
+    due time, in each of the several bundles a batch writes. (It may wait up to the batch's checks
+    past it: spread windows, which cut a batch's records into bundles due within 10 ms, were removed
+    in issue 50.)"""
+    written = bundles_of_slow_checks()
     assert len(written) > 1
     for record in written:
         bundle = unpack(record)
         assert bundle is not None
         own_dues = [due_of(member) for member in bundle.members]
         assert max(own_dues) == due_of(record)
-        assert due_of(record) - min(own_dues) <= spread_ms, own_dues
-
-
-def test_a_wider_bundle_spread_packs_a_batch_into_fewer_bundles() -> None:
-    """``bundle_spread_ms`` is the trade: wider packs more tables a bundle (fewer delay records)."""
-    narrow, wide = bundles_of_slow_checks(0), bundles_of_slow_checks(2000)
-    assert len(wide) < len(narrow)
-    assert max(len(unpack_members(record)) for record in wide) > max(len(unpack_members(record)) for record in narrow)
 
 
 def unpack_members(record: RawRecord) -> list[RawRecord]:
@@ -920,10 +908,10 @@ def test_a_member_sent_out_of_its_bundle_is_answered_only_by_a_lock_list_asked_a
 @pytest.mark.parametrize("slow", [False, True], ids=["quick_checks", "checks_that_take_time"])
 def test_a_table_whose_records_are_in_two_bundles_is_rechecked_in_both_then_goes_on_in_one_record(slow: bool) -> None:
     """With checks that take time, the two bundles' checks give the table's two records due times
-    further apart than a bundle's spread: they must still go on in one bundle (cut by due time alone,
-    they went into two bundles again, came back in one batch and were read member by member interval
-    after interval, never merged)."""
-    rig = bundled_rig(spread_ms=0 if slow else BUNDLE_DUE_SPREAD_MS)
+    apart: they must still go on in one bundle (cut by due time alone, they went into two bundles
+    again, came back in one batch and were read member by member interval after interval, never
+    merged)."""
+    rig = bundled_rig()
     if slow:
         slow_down(rig)
     consumer, loop, seen, ids = started(rig, per_table=1)
@@ -989,8 +977,8 @@ def test_a_group_at_its_check_limit_is_read_in_full_by_the_bundles_check_one_che
     assert rig.metrics.events.labels("bundle_read_in_full")._value.get() >= TABLES
     assert rig.metrics.events.labels("bundle_spilled")._value.get() == 0  # never sent out for it
     assert rig.metrics.events.labels("bundle_carried_whole")._value.get() >= 20
-    # A check may write a table's next record in another bundle than its last one's (cohorts of
-    # records near their limit go apart): each record is compared with its table's last one.
+    # A check may write a table's next record in another bundle than its last one's (a bundle cut by
+    # size): each record is compared with its table's last one.
     # A bundle's check writes no member within READ_IN_FULL_WITHIN checks of its limit: that member is
     # read in full now, not a few checks later by a check that reads every member for its sake.
     rewritten = [bundle for bundle in later[1:] if summary_of(bundle).carried == 0]
@@ -1025,41 +1013,6 @@ def test_a_group_at_its_check_limit_is_read_in_full_by_the_bundles_check_one_che
     rig.metastore.release(lock_id(5))
     cycle(loop, rig, consumer, seen, 3)
     assert sorted(str(done.correlation_id) for done in dones(rig)) == sorted(ids[5])
-
-
-def members_visited_over(intervals: int, tables: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
-    """Bundle members checked one by one and carried on alone, not due to be read in full, over
-    ``intervals`` intervals of ``tables`` tables waiting on held locks; and the members read in full."""
-    visits = [0]
-    carry_member = BundleChecker._carry_member
-
-    def counted(self: BundleChecker, *args: Any, **kwargs: Any) -> Any:
-        carried = carry_member(self, *args, **kwargs)
-        visits[0] += carried is not None
-        return carried
-
-    monkeypatch.setattr(BundleChecker, "_carry_member", counted)
-    rig = bundled_rig()
-    consumer, loop, seen, _ = started(rig, tables=tables)
-    cycle(loop, rig, consumer, seen, intervals)
-    assert rig.fs.deleted == [] and dones(rig) == []
-    monkeypatch.undo()
-    return visits[0], int(rig.metrics.events.labels("bundle_read_in_full")._value.get())
-
-
-def test_a_bundle_is_written_by_cohorts_of_checks_left_so_its_members_are_read_one_by_one_when_due(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """40 tables whose keys' limits of unread checks spread over 16-31. Packed together, their bundle was
-    read member by member each time its member nearest its limit was due: most members were carried
-    on alone, not due. Cut into cohorts of about as many checks left, a bundle is read one by one when
-    its members are due to be read in full: a tenth of the members carried alone, no more full reads."""
-    intervals = 100
-    with_cohorts, read_with = members_visited_over(intervals, 40, monkeypatch)
-    monkeypatch.setattr(batch_writer_module, "cohorts_by_carries", lambda run, *args, **kwargs: [list(run)])
-    without, read_without = members_visited_over(intervals, 40, monkeypatch)
-    assert with_cohorts <= 0.1 * without, (with_cohorts, without)
-    assert read_with <= read_without, (read_with, read_without)
 
 
 def test_a_check_that_merges_a_vacuum_delivered_again_with_its_record_writes_an_id_no_other_check_wrote() -> None:

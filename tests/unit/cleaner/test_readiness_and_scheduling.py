@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from datetime import timedelta
 
 from hypothesis import given
@@ -10,14 +9,12 @@ from hypothesis import strategies as st
 
 from acidclean.consumers.rules.readiness import not_checked, ready_to_clean
 from acidclean.consumers.scheduling import (
-    BUNDLE_DUE_SPREAD_MS,
     BUSY_POLL_CAP_S,
     IDLE_POLL_CAP_S,
-    cohorts_by_carries,
     delay_envelope,
     due_time_problem,
+    in_due_order_by_key,
     poll_timeout_s,
-    runs_due_together,
 )
 from acidclean.schemas.common import derived_event_id
 from acidclean.shared.bus.codec import due_at_ms
@@ -134,114 +131,28 @@ def test_poll_timeout_waits_for_the_next_due_time_but_never_longer_than_the_cap(
     assert poll_timeout_s(1000, 10**9, busy=True) == BUSY_POLL_CAP_S
 
 
-@given(st.lists(st.integers(min_value=0, max_value=200), max_size=60))
-def test_runs_due_together_keep_every_record_once_in_due_order_each_run_within_the_spread(dues: list[int]) -> None:
-    runs = runs_due_together(list(enumerate(dues)), lambda item: item[1])
-    flat = [item for run in runs for item in run]
-    assert sorted(flat) == sorted(enumerate(dues))  # each record once
-    assert [due for _, due in flat] == sorted(dues)
-    for run in runs:
-        assert run and run[-1][1] - run[0][1] <= BUNDLE_DUE_SPREAD_MS
-    # A new run starts only for a record too late for the one before: as few bundles as the spread allows.
-    for before, after in itertools.pairwise(runs):
-        assert after[0][1] - before[0][1] > BUNDLE_DUE_SPREAD_MS
-
-
-def test_records_checked_apart_are_not_bundled_to_be_due_when_the_last_one_is() -> None:
-    """A batch that checked two bundles 40 ms apart writes their records in two runs, each due when its
-    own check's records are; records of one check (one due time) stay together."""
-    first, second = [("a", 1000)] * 3, [("b", 1040)] * 2
-    assert runs_due_together(second + first, lambda item: item[1]) == [first, second]
-    assert runs_due_together([("a", 1000), ("b", 1000 + BUNDLE_DUE_SPREAD_MS)], lambda item: item[1]) == [
-        [("a", 1000), ("b", 1000 + BUNDLE_DUE_SPREAD_MS)]
-    ]
-
-
 @given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(min_value=0, max_value=200)), max_size=60))
-def test_runs_due_together_by_key_keep_each_keys_records_in_one_run_never_due_before_any_of_them(
+def test_in_due_order_by_key_keeps_every_record_once_and_each_keys_records_next_to_each_other(
     items: list[tuple[str, int]],
 ) -> None:
     numbered = list(enumerate(items))
-    runs = runs_due_together(numbered, lambda item: item[1][1], key=lambda item: item[1][0])
-    flat = [item for run in runs for item in run]
-    assert sorted(flat) == sorted(numbered)  # each record once
-    runs_of_key: dict[str, set[int]] = {}
-    for index, run in enumerate(runs):
-        assert run
-        due = max(item[1][1] for item in run)  # a bundle is due when its last member is
-        assert all(item[1][1] <= due for item in run)
-        keys = [item[1][0] for item in run]
-        for key in set(keys):
-            runs_of_key.setdefault(key, set()).add(index)
-            first = keys.index(key)
-            assert keys[first : first + keys.count(key)] == [key] * keys.count(key)  # next to each other
-    assert all(len(indexes) == 1 for indexes in runs_of_key.values()), runs_of_key
-    # Without the key the cut is the plain one: a run per spread.
-    assert len(runs) <= len(runs_due_together(numbered, lambda item: item[1][1]))
+    ordered = in_due_order_by_key(numbered, lambda item: item[1][1], lambda item: item[1][0])
+    assert sorted(ordered) == sorted(numbered)  # each record once
+    keys = [item[1][0] for item in ordered]
+    for key in set(keys):
+        first = keys.index(key)
+        assert keys[first : first + keys.count(key)] == [key] * keys.count(key)  # next to each other
+        own = [item[1][1] for item in ordered if item[1][0] == key]
+        assert own == sorted(own)  # a key's records in due order
+    # Keys in the order of their first-due record.
+    firsts = [min(due for other, due in items if other == key) for key in dict.fromkeys(keys)]
+    assert firsts == sorted(firsts)
 
 
 def test_a_tables_two_records_checked_apart_in_one_batch_go_on_in_one_bundle() -> None:
-    """Two bundles checked 40 ms apart in one batch each had a record of table t: both records go in the
-    later run (one bundle, whose next check merges them), the other records stay where their checks
-    put them."""
+    """Two bundles checked 40 ms apart in one batch each had a record of table t: both records go next to
+    each other (one bundle, whose next check merges them), the other records in due order."""
     first = [("t", 1000), ("a", 1000)]
     second = [("b", 1040), ("t", 1040)]
-    runs = runs_due_together(second + first, lambda item: item[1], key=lambda item: item[0])
-    assert runs == [[("a", 1000)], [("t", 1000), ("t", 1040), ("b", 1040)]]
-
-
-Record = tuple[str, int | None]  # (key, carries left; None: no summary)
-
-
-def _cohorts(items: list[Record], width: int = 8, min_size: int = 3) -> list[list[Record]]:
-    return cohorts_by_carries(items, lambda item: item[1], lambda item: item[0], width=width, min_size=min_size)
-
-
-@given(
-    st.lists(
-        st.tuples(st.sampled_from("abcdefghijklmnopqrstuvwxyz"), st.none() | st.integers(min_value=-1, max_value=40)),
-        max_size=60,
-    ),
-    st.integers(min_value=1, max_value=10),
-    st.integers(min_value=1, max_value=6),
-)
-def test_cohorts_keep_every_record_once_and_never_mix_one_that_cannot_be_carried_with_those_that_can(
-    items: list[Record], width: int, min_size: int
-) -> None:
-    cohorts = _cohorts(items, width, min_size)
-    flat = [item for cohort in cohorts for item in cohort]
-    assert sorted(flat, key=repr) == sorted(items, key=repr)  # each record once
-    assert all(cohorts)
-    repeated = {key for key, _ in items if sum(1 for other, _ in items if other == key) > 1}
-    carried = []
-    for cohort in cohorts:
-        # A bundle whose summary is lost to one member is read member by member: such members go apart.
-        carriable = [left is not None and left > 0 and key not in repeated for key, left in cohort]
-        assert all(carriable) or not any(carriable), cohort
-        if all(carriable):
-            carried.append(sorted(left for _, left in cohort if left is not None))
-    keys_in = [{key for key, _ in cohort} for cohort in cohorts]
-    assert all(not (first & second) for first, second in itertools.combinations(keys_in, 2))  # a key in one cohort
-    # Ranges of checks left that do not overlap, in order: and fewer than min_size apart only when there
-    # is nothing else to join.
-    assert all(below[-1] <= above[0] for below, above in itertools.pairwise(carried))
-    assert all(len(cohort) >= min_size for cohort in carried) or len(carried) == 1
-
-
-def test_records_far_apart_in_checks_left_go_in_separate_bundles_and_those_without_a_summary_apart() -> None:
-    """A pass's records with 8-10 checks left, 20-22 and 30 go in three cohorts (each carried on whole
-    until its own members are due to be read), the one without a summary and a table with two records
-    in a fourth; a cohort too small to stand alone joins the one below it."""
-    low = [("a", 9), ("b", 8), ("c", 10)]
-    middle = [("d", 21), ("e", 20), ("f", 22)]
-    high = [("g", 30), ("h", 31), ("i", 30)]
-    loose = [("j", None), ("k", 12), ("k", 25), ("l", 0)]
-    cohorts = _cohorts(high + loose + middle + low)
-    assert cohorts == [
-        [("b", 8), ("a", 9), ("c", 10)],
-        [("e", 20), ("d", 21), ("f", 22)],
-        [("g", 30), ("i", 30), ("h", 31)],
-        [("j", None), ("k", 12), ("k", 25), ("l", 0)],
-    ]
-    assert _cohorts([*low, ("z", 29)]) == [[("b", 8), ("a", 9), ("c", 10), ("z", 29)]]
-    assert _cohorts([("z", 2), *middle]) == [[("z", 2), ("e", 20), ("d", 21), ("f", 22)]]
+    ordered = in_due_order_by_key(second + first, lambda item: item[1], lambda item: item[0])
+    assert ordered == [("t", 1000), ("t", 1040), ("a", 1000), ("b", 1040)]
