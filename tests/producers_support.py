@@ -6,6 +6,7 @@ each other's tables or events.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,17 @@ def vacuum_events(settings: Settings) -> list[VacuumCommitted]:
         assert isinstance(event, VacuumCommitted), event
         events.append(event)
     return events
+
+
+def process_env(settings: Settings, state_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of an ``acidclean`` subprocess pointed at the test's metastore, broker and topics
+    (``state_dir`` keeps any local stack from being picked up); ``extra`` adds ACIDCLEAN_* variables."""
+    return {
+        **os.environ,
+        "ACIDCLEAN_STATE_DIR": str(state_dir),
+        "ACIDCLEAN_METASTORE_URIS": settings.metastore_uris,
+        "ACIDCLEAN_KAFKA_BOOTSTRAP": settings.kafka["bootstrap.servers"],
+        "ACIDCLEAN_TOPIC_PREFIX": settings.topic_prefix,
+        "ACIDCLEAN_TOPIC_PARTITIONS": str(settings.topic_partitions),
+        **extra,
+    }

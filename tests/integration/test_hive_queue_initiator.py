@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from producers_support import DB, make_settings
+from producers_support import DB, make_settings, process_env
 from vacuum_service_support import of_type, topic_events, wait_for
 
 from acidclean.producers.hive_queue.bridge import HiveQueueBridge
@@ -46,16 +46,12 @@ def settings(
 @pytest.fixture
 def initiator(settings: Settings, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``acidclean initiator`` entering its requests in Hive's queue; stopped by its pid at the end."""
-    env = {
-        **os.environ,
-        "ACIDCLEAN_STATE_DIR": str(tmp_path),  # no local stack is picked up
-        "ACIDCLEAN_METASTORE_URIS": settings.metastore_uris,
-        "ACIDCLEAN_KAFKA_BOOTSTRAP": settings.kafka["bootstrap.servers"],
-        "ACIDCLEAN_TOPIC_PREFIX": settings.topic_prefix,
-        "ACIDCLEAN_TOPIC_PARTITIONS": str(settings.topic_partitions),
-        "ACIDCLEAN_HIVE_QUEUE_INITIATOR_REQUESTS": "true",
-        "ACIDCLEAN_HIVE_QUEUE_POOL": settings.hive_queue_pool or "",
-    }
+    env = process_env(
+        settings,
+        tmp_path,
+        ACIDCLEAN_HIVE_QUEUE_INITIATOR_REQUESTS="true",
+        ACIDCLEAN_HIVE_QUEUE_POOL=settings.hive_queue_pool or "",
+    )
     with (tmp_path / "initiator.log").open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "acidclean", "initiator", "--delta-num-threshold", "10", "--sweep-interval", "0"],

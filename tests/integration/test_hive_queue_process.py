@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from producers_support import make_settings
+from producers_support import make_settings, process_env
 
 from acidclean.deploy.local.process import free_port
 from acidclean.shared.bus.topics import ensure_topics
@@ -40,14 +40,7 @@ def test_the_process_serves_its_rounds_as_metrics_and_its_probes_and_stops_on_si
     settings = make_settings(metastore_uri, kafka_bootstrap, unique_name, tmp_path, hive_queue_pool=unique_name)
     ensure_topics(settings)
     port = free_port()
-    env = {
-        **os.environ,
-        "ACIDCLEAN_STATE_DIR": str(tmp_path),  # no local stack is picked up
-        "ACIDCLEAN_METASTORE_URIS": settings.metastore_uris,
-        "ACIDCLEAN_KAFKA_BOOTSTRAP": settings.kafka["bootstrap.servers"],
-        "ACIDCLEAN_TOPIC_PREFIX": settings.topic_prefix,
-        "ACIDCLEAN_TOPIC_PARTITIONS": str(settings.topic_partitions),
-    }
+    env = process_env(settings, tmp_path)
     command = [sys.executable, "-m", "acidclean", "hive-queue", "--pool", unique_name, "--interval", "0.5"]
     with (tmp_path / "hive-queue.log").open("wb") as log:
         process = subprocess.Popen(
